@@ -1,0 +1,57 @@
+"""cxlmpi: MPI collectives through shared (CXL) memory for mpi4py programs.
+
+Large collectives of a wrapped communicator run in a memory pool that every
+rank of the pool group maps; everything else goes to MPI unchanged.
+
+    import cxlmpi
+    comm = cxlmpi.wrap(MPI.COMM_WORLD)   # one communicator
+    cxlmpi.patch()                       # or MPI.COMM_WORLD itself
+    # or: import cxlmpi.auto;  or: mpiexec -n 4 python -m cxlmpi app.py
+"""
+
+from __future__ import annotations
+
+from .comm import CXLComm, wrap
+from .errors import (CXLMPIConfigError, CXLMPIError, CXLMPIPeerError,
+                     CXLMPIPoolError, CXLMPITimeoutError)
+from .patch import is_patched, patch, unpatch
+from .stats import reset as reset_stats
+from .stats import stats
+
+__version__ = "0.1.0"
+
+_stats_hooked = False
+
+
+def install_stats_hook() -> None:
+    """With CXLMPI_STATS=1, print this rank's stats table at exit (once)."""
+    global _stats_hooked
+    from . import config
+
+    if _stats_hooked or not config.get().stats:
+        return
+    import atexit
+
+    from mpi4py import MPI
+
+    from .stats import print_at_exit
+
+    atexit.register(print_at_exit, MPI.COMM_WORLD.Get_rank())
+    _stats_hooked = True
+
+__all__ = [
+    "CXLComm",
+    "wrap",
+    "patch",
+    "unpatch",
+    "is_patched",
+    "stats",
+    "reset_stats",
+    "CXLMPIError",
+    "CXLMPIConfigError",
+    "CXLMPITimeoutError",
+    "CXLMPIPeerError",
+    "CXLMPIPoolError",
+    "install_stats_hook",
+    "__version__",
+]

@@ -1,0 +1,172 @@
+"""``python -m cxlmpi [options] (script.py | -m module | -c cmd | -) [args]``
+
+Runs an unmodified mpi4py program with MPI.COMM_WORLD and MPI.COMM_SELF
+wrapped.  Like ``python -m mpi4py``, an uncaught exception in any rank prints
+its traceback and aborts the whole MPI job instead of leaving ranks hanging.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE = """\
+usage: python -m cxlmpi [options] <pyfile> [arg] ...
+   or: python -m cxlmpi [options] -m <mod> [arg] ...
+   or: python -m cxlmpi [options] -c <cmd> [arg] ...
+   or: python -m cxlmpi [options] - [arg] ...
+   or: python -m cxlmpi --info
+
+options:
+  --stats            print per-collective statistics at exit (CXLMPI_STATS=1)
+  --no-pool          pass every call through to MPI (CXLMPI_DISABLE=1)
+  --threshold SIZE   smallest message through the pool (CXLMPI_THRESHOLD)
+  --pool-size SIZE   bytes of each pool segment (CXLMPI_POOL_SIZE)
+  --coherence MODE   hw or sw (CXLMPI_COHERENCE)
+  --timeout SECONDS  pool wait limit (CXLMPI_TIMEOUT)
+  --info             print version, MPI library, settings and exit
+  -h, --help         show this help and exit
+"""
+
+_VALUE_OPTIONS = {
+    "--threshold": "CXLMPI_THRESHOLD",
+    "--pool-size": "CXLMPI_POOL_SIZE",
+    "--coherence": "CXLMPI_COHERENCE",
+    "--timeout": "CXLMPI_TIMEOUT",
+}
+
+
+def _usage(message: str | None = None) -> None:
+    if message:
+        sys.stderr.write(f"python -m cxlmpi: {message}\n")
+    sys.stderr.write(USAGE)
+    sys.exit(2 if message else 0)
+
+
+def info() -> str:
+    """Version, MPI library, pool settings, CPU features, every variable."""
+    from mpi4py import MPI
+
+    from . import __version__, config
+    from ._pool import cpu_features
+
+    cfg = config.get()
+    lib = MPI.Get_library_version().splitlines()[0].strip()
+    feats = ", ".join(k for k, v in cpu_features().items() if v) or "none"
+    lines = [
+        f"cxlmpi {__version__}",
+        f"mpi4py {__import__('mpi4py').__version__}; MPI library: {lib}",
+        f"backend: {cfg.pool}   pool size: {cfg.pool_size} B   "
+        f"threshold: {cfg.threshold} B   coherence: {cfg.coherence}",
+        f"CPU features: {feats}",
+        "",
+        f"{'variable':<24} {'value':<12} {'default':<10} meaning",
+    ]
+    env = cfg.as_dict()
+    for var in config.VARIABLES:
+        value = os.environ.get(var.name)
+        shown = "(unset)" if value is None else value
+        lines.append(f"{var.name:<24} {shown:<12} {var.default:<10} {var.doc}")
+    lines.append("")
+    lines.append("pool path: Barrier (once a pool exists), Bcast, Reduce, "
+                 "Allreduce with contiguous predefined-type buffers of at "
+                 f"least {env['CXLMPI_THRESHOLD']} B on a one-node "
+                 "communicator; everything else passes through.")
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
+    """(kind, target, args) from the command line; applies the options."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            _usage()
+        elif arg == "--info":
+            return "info", None, []
+        elif arg == "--stats":
+            os.environ["CXLMPI_STATS"] = "1"
+        elif arg == "--no-pool":
+            os.environ["CXLMPI_DISABLE"] = "1"
+        elif arg.split("=", 1)[0] in _VALUE_OPTIONS:
+            name, eq, value = arg.partition("=")
+            if not eq:
+                i += 1
+                if i == len(argv):
+                    _usage(f"option {name} needs a value")
+                value = argv[i]
+            os.environ[_VALUE_OPTIONS[name]] = value
+        elif arg in ("-m", "-c"):
+            if i + 1 == len(argv):
+                _usage(f"option {arg} needs an argument")
+            return arg, argv[i + 1], argv[i + 2:]
+        elif arg == "-":
+            return "-", None, argv[i + 1:]
+        elif arg.startswith("-"):
+            _usage(f"unknown option {arg}")
+        else:
+            return "file", arg, argv[i + 1:]
+        i += 1
+    _usage("no program given")
+    raise AssertionError  # unreachable
+
+
+def _abort(exc: BaseException) -> None:
+    """Print the traceback and abort every rank of the job."""
+    import traceback
+
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    sys.stderr.flush()
+    try:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.COMM_WORLD.Abort(1)
+    finally:
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The command line entry point."""
+    import runpy
+
+    argv = sys.argv[1:] if argv is None else argv
+    kind, target, args = _parse(argv)
+    from . import config
+
+    config.reload()
+    if kind == "info":
+        print(info())
+        return
+
+    from . import install_stats_hook, patch
+
+    patch()
+    install_stats_hook()
+    try:
+        if kind == "file":
+            sys.argv = [target, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+        elif kind == "-m":
+            sys.argv = [target, *args]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif kind == "-c":
+            sys.argv = ["-c", *args]
+            exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            sys.argv = ["-", *args]
+            source = sys.stdin.read()
+            exec(compile(source, "<stdin>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _abort(exc)
+        raise
+    except KeyboardInterrupt as exc:
+        _abort(exc)
+    except BaseException as exc:  # noqa: BLE001 - any error aborts the job
+        _abort(exc)
+
+
+if __name__ == "__main__":
+    main()

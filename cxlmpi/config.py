@@ -1,0 +1,154 @@
+"""Every CXLMPI_* setting in one place: its type, default and meaning.
+
+Settings are read from the environment once, on first use; `reload()` reads
+them again (tests, and `python -m cxlmpi` after applying its options).  Every
+rank of a job must see the same values: the pool path is chosen from them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import CXLMPIConfigError
+
+__all__ = ["Variable", "VARIABLES", "Config", "get", "reload", "parse_size"]
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
+          "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
+          "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '65536', '64K', '64KiB', '16M', '1G' (powers of two)."""
+    s = text.strip().upper().replace(" ", "")
+    digits = s.rstrip("KMGIB")
+    unit = s[len(digits):]
+    if not digits or unit not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (use e.g. 65536, 64K, 16M, 1G)")
+    value = int(float(digits) * _UNITS[unit])
+    if value < 0:
+        raise ValueError(f"negative size: {text!r}")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    s = text.strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use 1 or 0)")
+
+
+def _parse_coherence(text: str) -> str:
+    s = text.strip().lower()
+    if s not in ("hw", "sw"):
+        raise ValueError(f"not a coherence mode: {text!r} (use hw or sw)")
+    return s
+
+
+def _parse_backend(text: str) -> str:
+    s = text.strip()
+    if s != "shm":
+        raise ValueError(
+            f"pool backend {text!r} is not available in this version (use shm)")
+    return s
+
+
+def _parse_timeout(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(f"negative timeout: {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One setting: environment name, parser, default (as text) and meaning."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+
+    @property
+    def key(self) -> str:
+        """Attribute name on `Config` (CXLMPI_POOL_SIZE -> pool_size)."""
+        return self.name[len("CXLMPI_"):].lower()
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("CXLMPI_POOL", _parse_backend, "shm",
+             "Pool backend: shm (POSIX shared memory on this node)."),
+    Variable("CXLMPI_POOL_SIZE", parse_size, "64M",
+             "Bytes of each communicator's pool segment (control lines plus "
+             "two data halves per rank); larger messages are pipelined."),
+    Variable("CXLMPI_THRESHOLD", parse_size, "4K",
+             "Smallest message (bytes) that goes through the pool; smaller "
+             "ones pass through to MPI."),
+    Variable("CXLMPI_CHUNK_SIZE", parse_size, "256K",
+             "Bytes each rank publishes per pipeline step."),
+    Variable("CXLMPI_RSAG_THRESHOLD", parse_size, "64K",
+             "Smallest reduction (bytes) that uses reduce-scatter + allgather "
+             "instead of every rank reducing everything."),
+    Variable("CXLMPI_TIMEOUT", _parse_timeout, "300",
+             "Seconds a pool collective waits for the other ranks before "
+             "raising CXLMPITimeoutError (0: wait forever)."),
+    Variable("CXLMPI_COHERENCE", _parse_coherence, "hw",
+             "hw: caches are coherent; sw: flush written lines and invalidate "
+             "before reads (CXL memory shared by hosts without coherence)."),
+    Variable("CXLMPI_STATS", _parse_bool, "0",
+             "Print a table of calls, bytes and time per collective at exit."),
+    Variable("CXLMPI_DISABLE", _parse_bool, "0",
+             "Pass every call through to MPI (the shim stays in place)."),
+)
+
+
+class Config:
+    """The settings in force; one attribute per variable (see VARIABLES)."""
+
+    pool: str
+    pool_size: int
+    threshold: int
+    chunk_size: int
+    rsag_threshold: int
+    timeout: float
+    coherence: str
+    stats: bool
+    disable: bool
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        for var in VARIABLES:
+            text = env.get(var.name, var.default)
+            try:
+                value = var.parse(text)
+            except ValueError as exc:
+                raise CXLMPIConfigError(f"{var.name}={text!r}: {exc}") from None
+            setattr(self, var.key, value)
+        if self.chunk_size < 64:
+            raise CXLMPIConfigError("CXLMPI_CHUNK_SIZE must be at least 64 bytes")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting by variable name."""
+        return {var.name: getattr(self, var.key) for var in VARIABLES}
+
+
+_config: Config | None = None
+
+
+def get() -> Config:
+    """The settings in force (read from the environment on first use)."""
+    global _config
+    if _config is None:
+        _config = Config()
+    return _config
+
+
+def reload() -> Config:
+    """Read the settings from the environment again."""
+    global _config
+    _config = Config()
+    return _config

@@ -1,0 +1,31 @@
+"""The exceptions cxlmpi raises: one small hierarchy under CXLMPIError."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CXLMPIError",
+    "CXLMPIConfigError",
+    "CXLMPITimeoutError",
+    "CXLMPIPeerError",
+    "CXLMPIPoolError",
+]
+
+
+class CXLMPIError(Exception):
+    """Base of every error cxlmpi raises itself."""
+
+
+class CXLMPIConfigError(CXLMPIError, ValueError):
+    """A CXLMPI_* setting is malformed, or differs between ranks."""
+
+
+class CXLMPITimeoutError(CXLMPIError, TimeoutError):
+    """A pool collective waited longer than CXLMPI_TIMEOUT for some ranks."""
+
+
+class CXLMPIPeerError(CXLMPIError, ConnectionError):
+    """A rank of the pool group died in the middle of a pool collective."""
+
+
+class CXLMPIPoolError(CXLMPIError, OSError):
+    """The pool could not be created, opened or mapped."""

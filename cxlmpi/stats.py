@@ -1,0 +1,70 @@
+"""Per-process counters of every intercepted collective."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+__all__ = ["stats", "reset", "record", "format_table"]
+
+# name -> [pool_calls, passthrough_calls, nbytes (through the pool), seconds]
+_table: dict[str, list[float]] = {}
+
+
+def record(name: str, pool: bool, nbytes: int, seconds: float) -> None:
+    """Count one call of collective `name`."""
+    row = _table.get(name)
+    if row is None:
+        row = _table[name] = [0, 0, 0, 0.0]
+    if pool:
+        row[0] += 1
+        row[2] += nbytes
+    else:
+        row[1] += 1
+    row[3] += seconds
+
+
+def stats() -> dict[str, dict[str, float]]:
+    """Figures of this process, keyed by lower-case collective name.
+
+    Each entry: ``pool_calls``, ``passthrough_calls``, ``nbytes`` (bytes moved
+    through the pool) and ``seconds`` (time in the call, both paths).  The
+    entry ``"coherence"`` counts ``flushed_lines`` (software coherence)."""
+    from ._pool import flushed_lines
+
+    out: dict[str, dict[str, float]] = {
+        name: {"pool_calls": int(row[0]), "passthrough_calls": int(row[1]),
+               "nbytes": int(row[2]), "seconds": row[3]}
+        for name, row in sorted(_table.items())
+    }
+    out["coherence"] = {"flushed_lines": int(flushed_lines())}
+    return out
+
+
+def reset() -> None:
+    """Forget every count."""
+    _table.clear()
+
+
+def format_table(figures: dict[str, dict[str, float]] | None = None,
+                 title: str = "") -> str:
+    """The figures as a text table."""
+    figures = stats() if figures is None else figures
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append(f"{'collective':<12} {'pool':>8} {'passthru':>9} "
+                 f"{'pool MiB':>10} {'seconds':>10}")
+    for name, row in figures.items():
+        if "pool_calls" not in row:
+            continue
+        lines.append(f"{name:<12} {row['pool_calls']:>8} "
+                     f"{row['passthrough_calls']:>9} "
+                     f"{row['nbytes'] / 2**20:>10.1f} {row['seconds']:>10.4f}")
+    return "\n".join(lines)
+
+
+def print_at_exit(rank: int, stream: TextIO = sys.stderr) -> None:
+    """Print this rank's table (registered with atexit by CXLMPI_STATS=1)."""
+    stream.write(format_table(title=f"cxlmpi stats, rank {rank}:") + "\n")
+    stream.flush()

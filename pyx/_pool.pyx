@@ -1,0 +1,570 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The pool: one shared-memory segment per pool group, its layout, and the
+collective algorithms that run inside it without the GIL.
+
+Layout of a segment (all offsets from the start of the mapping, so that each
+process may map it at a different address)::
+
+    0                 header page: magic, version, nranks, sizes (HEADER_NBYTES)
+    HEADER_NBYTES     control lines, one per rank, CTRL_NBYTES (128) apart;
+                      rank r is the only writer of line r:
+                        +0  seq   steps published by r (release-stored last)
+                        +8  pid   r's process id, for the liveness check
+    slot_offset       data slots: rank r owns two halves of half_nbytes each,
+                      at slot_offset + (2*r + h) * half_nbytes
+
+The step protocol (one rule, every algorithm): at step s every rank writes what
+it publishes into its own half s % 2, release-stores seq = s, waits until every
+rank's seq >= s, then reads.  A half written at step s is read only during step
+s and rewritten no earlier than step s + 2, by which time every reader has
+published s + 1, i.e. finished reading: back-to-back collectives never need a
+barrier and never overwrite data a slower rank is still reading.  Right after
+its wait at step s a rank may already write its half (s + 1) % 2.
+
+This module knows nothing of MPI: creating and attaching a segment needs only
+its name, which the caller distributes.
+"""
+
+from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t
+from libc.string cimport memset
+from libc.errno cimport errno
+from posix.unistd cimport getpid, close, ftruncate, getuid
+from posix.mman cimport (shm_open, shm_unlink, mmap, munmap, PROT_READ,
+                         PROT_WRITE, MAP_SHARED, MAP_FAILED)
+from posix.fcntl cimport O_RDWR, O_CREAT, O_EXCL
+from posix.stat cimport struct_stat, fstat, S_IRWXG, S_IRWXO
+from libc.string cimport strerror
+
+import os
+import secrets
+
+cdef extern from "cxl_kernels.h" nogil:
+    ctypedef void (*cxl_reduce_fn)(void *dst, const void *a, const void *b, size_t n)
+    ctypedef struct cxl_waiter:
+        uint64_t polls
+        double deadline_s
+        double next_check_s
+    uint64_t cxl_load_acquire(const uint64_t *p)
+    void cxl_store_release(uint64_t *p, uint64_t v)
+    void cxl_flush(const void *addr, size_t n, int invalidate)
+    void cxl_copy(void *dst, const void *src, size_t n)
+    void cxl_waiter_init(cxl_waiter *w, double timeout_s)
+    int cxl_backoff(cxl_waiter *w)
+    double cxl_now_s()
+    int cxl_pid_gone(int64_t pid)
+    cxl_reduce_fn cxl_reducer(int op, int type)
+    uint64_t cxl_flushed_lines
+    int cxl_has_clflushopt()
+    int cxl_has_clwb()
+    int cxl_has_avx2()
+    int cxl_has_avx512f()
+
+DEF MAGIC = 0x31304c504d4c5843   # "CXLMPL01" little-endian
+DEF VERSION = 1
+DEF HEADER_NBYTES = 4096
+DEF CTRL_NBYTES = 128
+DEF PAGE_NBYTES = 4096
+
+# Status codes returned by the nogil algorithms.
+DEF OK = 0
+DEF ERR_TIMEOUT = -1
+DEF ERR_PEER_GONE = -2
+
+# Type codes and op codes: the same numbering as cxl_kernels.h.
+TYPE_CODES = {
+    "i8": 0, "i16": 1, "i32": 2, "i64": 3, "u8": 4, "u16": 5, "u32": 6,
+    "u64": 7, "f32": 8, "f64": 9, "c64": 10, "c128": 11, "bool": 12,
+    "byte": 13,
+}
+OP_CODES = {
+    "SUM": 0, "PROD": 1, "MAX": 2, "MIN": 3, "LAND": 4, "LOR": 5,
+    "LXOR": 6, "BAND": 7, "BOR": 8, "BXOR": 9,
+}
+
+
+ctypedef struct header_t:
+    uint64_t magic
+    uint32_t version
+    uint32_t nranks
+    uint64_t total_nbytes
+    uint64_t slot_offset
+    uint64_t half_nbytes
+
+
+ctypedef struct state_t:
+    char *base
+    int rank
+    int size
+    uint64_t step          # last step this rank published
+    size_t half_nbytes
+    size_t slot_offset
+    int sw                 # software coherence: flush/invalidate
+    double timeout_s
+    int failed_rank        # set on error: a rank that never arrived
+    int failed_code
+
+
+def reducer_defined(int op, int tcode):
+    """Whether the kernels define reduction `op` on type `tcode`."""
+    return cxl_reducer(op, tcode) != NULL
+
+
+def cpu_features():
+    """CPU features the kernels use, detected at run time."""
+    return {"clflushopt": bool(cxl_has_clflushopt()),
+            "clwb": bool(cxl_has_clwb()),
+            "avx2": bool(cxl_has_avx2()),
+            "avx512f": bool(cxl_has_avx512f())}
+
+
+def flushed_lines():
+    """Cache lines this process flushed or invalidated (software coherence)."""
+    return cxl_flushed_lines
+
+
+# ------------------------------------------------------------------ protocol
+
+cdef inline uint64_t *seq_ptr(state_t *st, int q) noexcept nogil:
+    return <uint64_t *>(st.base + HEADER_NBYTES + <size_t>q * CTRL_NBYTES)
+
+
+cdef inline char *half_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return st.base + st.slot_offset + (2 * <size_t>q + <size_t>(step & 1)) * st.half_nbytes
+
+
+cdef inline void publish(state_t *st) noexcept nogil:
+    """Make this rank's writes of the next step visible, then announce it."""
+    cdef uint64_t *line = seq_ptr(st, st.rank)
+    st.step += 1
+    cxl_store_release(line, st.step)
+    if st.sw:
+        cxl_flush(line, 8, 0)
+
+
+cdef inline void wrote(state_t *st, const void *addr, size_t n) noexcept nogil:
+    """Data this rank just stored in the pool (flushed in sw mode)."""
+    if st.sw:
+        cxl_flush(addr, n, 0)
+
+
+cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nogil:
+    """Data this rank is about to load from a peer (invalidated in sw mode)."""
+    if st.sw:
+        cxl_flush(addr, n, 1)
+
+
+cdef int wait_all(state_t *st) noexcept nogil:
+    """Wait until every rank has published the current step."""
+    cdef int q
+    cdef uint64_t *line
+    cdef cxl_waiter w
+    cxl_waiter_init(&w, st.timeout_s)
+    for q in range(st.size):
+        if q == st.rank:
+            continue
+        line = seq_ptr(st, q)
+        while True:
+            if st.sw:
+                cxl_flush(line, 8, 1)
+            if cxl_load_acquire(line) >= st.step:
+                break
+            if cxl_backoff(&w):
+                if cxl_pid_gone((<int64_t *>line)[1]):
+                    st.failed_rank = q
+                    st.failed_code = ERR_PEER_GONE
+                    return ERR_PEER_GONE
+                if w.deadline_s > 0 and cxl_now_s() > w.deadline_s:
+                    st.failed_rank = q
+                    st.failed_code = ERR_TIMEOUT
+                    return ERR_TIMEOUT
+    return OK
+
+
+cdef inline int step_all(state_t *st) noexcept nogil:
+    publish(st)
+    return wait_all(st)
+
+
+# ---------------------------------------------------------------- algorithms
+
+cdef int alg_barrier(state_t *st) noexcept nogil:
+    return step_all(st)
+
+
+cdef int alg_bcast(state_t *st, char *buf, size_t nbytes, int root,
+                   size_t chunk) noexcept nogil:
+    """Root copies chunk k into its half k % 2 while the others copy chunk k-1
+    out of the other half: a two-stage pipeline."""
+    cdef size_t off = 0, n
+    cdef char *slot
+    cdef int rc
+    while off < nbytes:
+        n = nbytes - off if nbytes - off < chunk else chunk
+        slot = half_ptr(st, root, st.step + 1)
+        if st.rank == root:
+            cxl_copy(slot, buf + off, n)
+            wrote(st, slot, n)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        if st.rank != root:
+            will_read(st, slot, n)
+            cxl_copy(buf + off, slot, n)
+        off += n
+    return OK
+
+
+cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
+                     size_t count, uint64_t step) noexcept nogil:
+    """dst = x0 op x1 op ... op x(p-1), left to right in rank order, reading
+    `count` elements at byte `offset` of every rank's half of `step`."""
+    cdef int q
+    fn(dst, half_ptr(st, 0, step) + offset, half_ptr(st, 1, step) + offset, count)
+    for q in range(2, st.size):
+        fn(dst, dst, half_ptr(st, q, step) + offset, count)
+
+
+cdef void invalidate_all(state_t *st, size_t offset, size_t nbytes,
+                         uint64_t step) noexcept nogil:
+    cdef int q
+    if st.sw:
+        for q in range(st.size):
+            if q != st.rank:
+                cxl_flush(half_ptr(st, q, step) + offset, nbytes, 1)
+
+
+cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
+                          size_t count, size_t itemsize, cxl_reduce_fn fn,
+                          int root, size_t chunk) noexcept nogil:
+    """Every rank publishes its contribution; the root (every rank when
+    root < 0) reduces all of them.  For messages of a few chunks at most."""
+    cdef size_t per_step = chunk // itemsize
+    cdef size_t done = 0, n
+    cdef char *mine
+    cdef int rc
+    while done < count:
+        n = count - done if count - done < per_step else per_step
+        mine = half_ptr(st, st.rank, st.step + 1)
+        cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
+        wrote(st, mine, n * itemsize)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        if root < 0 or root == st.rank:
+            invalidate_all(st, 0, n * itemsize, st.step)
+            reduce_all(st, fn, recvbuf + done * itemsize, 0, n, st.step)
+        done += n
+    return OK
+
+
+cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
+                         size_t count, size_t itemsize, cxl_reduce_fn fn,
+                         int root, size_t chunk) noexcept nogil:
+    """Reduce-scatter then allgather (or gather to the root), pipelined.
+
+    Chunk k is published at step s; right after the wait every rank reduces
+    its 1/p slice of chunk k straight into its other half (the half of step
+    s + 1, free by then), next to chunk k + 1's input.  At step s + 1 every
+    rank (the root only, for Reduce) copies all slices of chunk k out."""
+    cdef size_t per_step = chunk // itemsize
+    cdef size_t out_offset = per_step * itemsize
+    cdef size_t nchunks = (count + per_step - 1) // per_step
+    cdef size_t k, n, prev_n = 0, done = 0, prev_done = 0
+    cdef size_t lo, hi
+    cdef int q, p = st.size, rc
+    cdef char *mine
+    cdef char *out
+    for k in range(nchunks + 1):
+        mine = half_ptr(st, st.rank, st.step + 1)
+        n = 0
+        if k < nchunks:
+            n = count - done if count - done < per_step else per_step
+            cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
+            wrote(st, mine, n * itemsize)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        if k > 0 and (root < 0 or root == st.rank):
+            # chunk k-1: slice q lives in rank q's half of this step
+            for q in range(p):
+                lo = prev_n * q // p
+                hi = prev_n * (q + 1) // p
+                out = half_ptr(st, q, st.step) + out_offset
+                if q != st.rank:
+                    will_read(st, out, (hi - lo) * itemsize)
+                cxl_copy(recvbuf + (prev_done + lo) * itemsize, out,
+                         (hi - lo) * itemsize)
+        if k < nchunks:
+            lo = n * st.rank // p
+            hi = n * (st.rank + 1) // p
+            out = half_ptr(st, st.rank, st.step + 1) + out_offset
+            invalidate_all(st, lo * itemsize, (hi - lo) * itemsize, st.step)
+            reduce_all(st, fn, out, lo * itemsize, hi - lo, st.step)
+            wrote(st, out, (hi - lo) * itemsize)
+        prev_n = n
+        prev_done = done
+        done += n
+    return OK
+
+
+# ---------------------------------------------------------------------- pool
+
+class PoolError(OSError):
+    """A segment could not be created, opened or mapped."""
+
+
+cdef class Pool:
+    """One mapped segment and this rank's view of it (one per communicator).
+
+    Create with `Pool.create(...)` on the group leader, send `name` to the
+    others, `Pool.attach(name, ...)` there, then `unlink()` on the leader
+    once every rank has attached.
+    """
+    cdef state_t st
+    cdef size_t nbytes
+    cdef readonly str name
+    cdef readonly bint unlinked
+    cdef public size_t chunk_nbytes
+    cdef public size_t rsag_min_nbytes
+
+    def __cinit__(self):
+        self.st.base = NULL
+        self.nbytes = 0
+        self.unlinked = True
+
+    def __dealloc__(self):
+        self._unmap()
+
+    cdef _unmap(self):
+        if self.st.base != NULL:
+            munmap(self.st.base, self.nbytes)
+            self.st.base = NULL
+        if not self.unlinked:
+            shm_unlink(self.name.encode())
+            self.unlinked = True
+
+    @staticmethod
+    def layout(int nranks, size_t pool_nbytes):
+        """(slot_offset, half_nbytes) for a pool of `pool_nbytes` bytes."""
+        cdef size_t slot_offset = HEADER_NBYTES + nranks * CTRL_NBYTES
+        slot_offset = (slot_offset + PAGE_NBYTES - 1) // PAGE_NBYTES * PAGE_NBYTES
+        if pool_nbytes <= slot_offset:
+            return slot_offset, 0
+        cdef size_t half = (pool_nbytes - slot_offset) // (2 * nranks)
+        return slot_offset, half // PAGE_NBYTES * PAGE_NBYTES
+
+    @staticmethod
+    def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi"):
+        """Create, size and map a new segment under an unguessable name
+        (O_EXCL, mode 0600); returns the Pool of the creating rank."""
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
+        if half < 2 * PAGE_NBYTES:
+            raise ValueError(
+                f"pool of {pool_nbytes} bytes is too small for {nranks} ranks; "
+                f"raise CXLMPI_POOL_SIZE")
+        name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
+        cdef bytes bname = name.encode()
+        cdef int fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        if fd < 0:
+            raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+        cdef Pool pool = Pool.__new__(Pool)
+        pool.name = name
+        pool.unlinked = False
+        try:
+            if ftruncate(fd, pool_nbytes) != 0:
+                raise PoolError(errno, f"ftruncate({name}, {pool_nbytes}): "
+                                       f"{strerror(errno).decode()}")
+            pool._map(fd, pool_nbytes, rank)
+        except BaseException:
+            close(fd)
+            pool._unmap()
+            raise
+        close(fd)
+        cdef header_t *h = <header_t *>pool.st.base
+        h.version = VERSION
+        h.nranks = nranks
+        h.total_nbytes = pool_nbytes
+        h.slot_offset = slot_offset
+        h.half_nbytes = half
+        cxl_store_release(&h.magic, MAGIC)
+        pool._setup(rank)
+        return pool
+
+    @staticmethod
+    def attach(str name, int rank, int nranks, size_t pool_nbytes):
+        """Map an existing segment created by `create` on another rank."""
+        cdef bytes bname = name.encode()
+        cdef int fd = shm_open(bname, O_RDWR, 0)
+        if fd < 0:
+            raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+        cdef struct_stat sb
+        cdef Pool pool = Pool.__new__(Pool)
+        pool.name = name
+        try:
+            if fstat(fd, &sb) != 0:
+                raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
+            if sb.st_uid != getuid() or (sb.st_mode & (S_IRWXG | S_IRWXO)):
+                raise PoolError(0, f"{name}: not a private segment of this user")
+            if <size_t>sb.st_size != pool_nbytes:
+                raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {pool_nbytes}")
+            pool._map(fd, pool_nbytes, rank)
+        finally:
+            close(fd)
+        cdef header_t *h = <header_t *>pool.st.base
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
+        if (cxl_load_acquire(&h.magic) != MAGIC or h.version != VERSION
+                or h.nranks != <uint32_t>nranks or h.total_nbytes != pool_nbytes
+                or h.slot_offset != slot_offset or h.half_nbytes != half):
+            pool._unmap()
+            raise PoolError(0, f"{name}: header does not match this job's pool")
+        pool._setup(rank)
+        return pool
+
+    cdef _map(self, int fd, size_t nbytes, int rank):
+        cdef void *addr = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        if addr == MAP_FAILED:
+            raise PoolError(errno, f"mmap({self.name}, {nbytes}): {strerror(errno).decode()}")
+        self.st.base = <char *>addr
+        self.nbytes = nbytes
+
+    cdef _setup(self, int rank):
+        cdef header_t *h = <header_t *>self.st.base
+        self.st.rank = rank
+        self.st.size = h.nranks
+        self.st.step = 0
+        self.st.half_nbytes = h.half_nbytes
+        self.st.slot_offset = h.slot_offset
+        self.st.sw = 0
+        self.st.timeout_s = 0
+        self.chunk_nbytes = h.half_nbytes
+        self.rsag_min_nbytes = 0
+        cdef uint64_t *line = seq_ptr(&self.st, rank)
+        (<int64_t *>line)[1] = getpid()
+        cxl_store_release(line, 0)
+
+    def unlink(self):
+        """Remove the segment's name; the mappings stay valid."""
+        if not self.unlinked:
+            shm_unlink(self.name.encode())
+            self.unlinked = True
+
+    def close(self):
+        """Unmap the segment (and unlink it if this rank still owns the name)."""
+        self._unmap()
+
+    @property
+    def closed(self):
+        return self.st.base == NULL
+
+    @property
+    def rank(self):
+        return self.st.rank
+
+    @property
+    def size(self):
+        return self.st.size
+
+    @property
+    def step(self):
+        return self.st.step
+
+    @property
+    def half_nbytes(self):
+        return self.st.half_nbytes
+
+    @property
+    def total_nbytes(self):
+        return self.nbytes
+
+    property timeout_s:
+        def __get__(self):
+            return self.st.timeout_s
+        def __set__(self, double value):
+            self.st.timeout_s = value
+
+    property software_coherence:
+        def __get__(self):
+            return bool(self.st.sw)
+        def __set__(self, bint value):
+            self.st.sw = value
+
+    def seqs(self):
+        """Every rank's published step, read from the control lines."""
+        self._check()
+        return [cxl_load_acquire(seq_ptr(&self.st, q)) for q in range(self.st.size)]
+
+    def missing_ranks(self):
+        """Ranks that have not yet published this rank's current step."""
+        return [q for q, s in enumerate(self.seqs()) if s < self.st.step]
+
+    cdef _check(self):
+        if self.st.base == NULL:
+            raise ValueError("pool is closed")
+
+    cdef size_t _chunk(self, size_t itemsize, bint rsag):
+        """Bytes one rank publishes per step: whole elements that fit a half
+        (with room for the 1/p result slice in the reduce-scatter case)."""
+        cdef size_t cap = self.st.half_nbytes
+        if rsag:
+            cap = cap * self.st.size // (self.st.size + 1) - itemsize
+        cdef size_t chunk = self.chunk_nbytes if self.chunk_nbytes < cap else cap
+        chunk -= chunk % itemsize
+        return chunk if chunk >= itemsize else itemsize
+
+    cdef _raise(self, int rc, str what):
+        raise PoolFailure(rc, self.st.failed_rank, what)
+
+    def barrier(self):
+        """All ranks of the pool meet (no data)."""
+        self._check()
+        cdef int rc
+        with nogil:
+            rc = alg_barrier(&self.st)
+        if rc != OK:
+            self._raise(rc, "Barrier")
+
+    def bcast(self, uintptr_t address, size_t nbytes, int root):
+        """Broadcast `nbytes` at `address` (this rank's buffer) from `root`."""
+        self._check()
+        cdef size_t chunk = self._chunk(1, False)
+        cdef int rc
+        with nogil:
+            rc = alg_bcast(&self.st, <char *>address, nbytes, root, chunk)
+        if rc != OK:
+            self._raise(rc, "Bcast")
+
+    def reduce(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
+               size_t itemsize, int op, int tcode, int root):
+        """Reduce `count` elements to `root` (every rank when root < 0).
+        `sendaddr` may equal `recvaddr` (in place); `recvaddr` is ignored on
+        non-root ranks of a rooted reduce."""
+        self._check()
+        cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
+        if fn == NULL:
+            raise ValueError(f"op {op} is not defined for type {tcode}")
+        cdef bint rsag = count * itemsize >= self.rsag_min_nbytes and count >= <size_t>self.st.size
+        cdef size_t chunk = self._chunk(itemsize, rsag)
+        cdef int rc
+        with nogil:
+            if self.st.size == 1:
+                if root <= 0:
+                    cxl_copy(<char *>recvaddr, <const char *>sendaddr, count * itemsize)
+                rc = OK
+            elif rsag:
+                rc = alg_reduce_rsag(&self.st, <const char *>sendaddr, <char *>recvaddr,
+                                     count, itemsize, fn, root, chunk)
+            else:
+                rc = alg_reduce_small(&self.st, <const char *>sendaddr, <char *>recvaddr,
+                                      count, itemsize, fn, root, chunk)
+        if rc != OK:
+            self._raise(rc, "Allreduce" if root < 0 else "Reduce")
+
+
+class PoolFailure(Exception):
+    """A pool algorithm stopped: a peer never arrived or is gone."""
+
+    def __init__(self, code, rank, what):
+        super().__init__(code, rank, what)
+        self.timed_out = code == ERR_TIMEOUT
+        self.rank = rank
+        self.what = what

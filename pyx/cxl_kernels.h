@@ -1,0 +1,263 @@
+/* cxl_kernels.h -- the lowest layer of cxlmpi: flag loads and stores with
+ * acquire/release ordering, cache-line flushes for software coherence, the
+ * wait policy, copies and the reduction kernels.
+ *
+ * Everything here is plain C11 used from Cython; nothing here knows about MPI.
+ * One body per reduction is instantiated per (op, dtype) by the macros below,
+ * never a hand-copied loop per type.
+ */
+#ifndef CXL_KERNELS_H
+#define CXL_KERNELS_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <complex.h>
+#include <sched.h>
+#include <time.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#include <cpuid.h>
+#define CXL_X86 1
+#else
+#define CXL_X86 0
+#endif
+
+#define CXL_LINE 64
+
+/* ---------------------------------------------------------------- flags */
+
+static inline uint64_t cxl_load_acquire(const volatile uint64_t *p)
+{
+    return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static inline void cxl_store_release(volatile uint64_t *p, uint64_t v)
+{
+    __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE);
+}
+
+static inline void cxl_cpu_relax(void)
+{
+#if CXL_X86
+    _mm_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* ------------------------------------------------- software coherence */
+
+/* Set once at start-up from CPUID: 2 = clwb, 1 = clflushopt, 0 = clflush. */
+static int cxl_flush_kind = -1;
+/* Lines flushed or invalidated by this process (the stats counter). */
+static uint64_t cxl_flushed_lines = 0;
+
+static inline int cxl_cpu_has(int leaf7_ebx_bit)
+{
+#if CXL_X86
+    unsigned int a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> leaf7_ebx_bit) & 1u;
+#else
+    (void)leaf7_ebx_bit;
+    return 0;
+#endif
+}
+static inline int cxl_has_clflushopt(void) { return cxl_cpu_has(23); }
+static inline int cxl_has_clwb(void) { return cxl_cpu_has(24); }
+static inline int cxl_has_avx2(void) { return cxl_cpu_has(5); }
+static inline int cxl_has_avx512f(void) { return cxl_cpu_has(16); }
+
+#if CXL_X86
+__attribute__((target("clflushopt")))
+static void cxl_clflushopt_range(const char *p, const char *end)
+{
+    for (; p < end; p += CXL_LINE) _mm_clflushopt((void *)p);
+}
+__attribute__((target("clwb")))
+static void cxl_clwb_range(const char *p, const char *end)
+{
+    for (; p < end; p += CXL_LINE) _mm_clwb((void *)p);
+}
+#endif
+
+/* Write back (and, for invalidate, drop) every line of [addr, addr+n).
+ * invalidate=1 is what a reader does before loading data another host wrote. */
+static inline void cxl_flush(const void *addr, size_t n, int invalidate)
+{
+#if CXL_X86
+    if (n == 0) return;
+    const char *p = (const char *)((uintptr_t)addr & ~(uintptr_t)(CXL_LINE - 1));
+    const char *end = (const char *)addr + n;
+    cxl_flushed_lines += (uint64_t)((end - p + CXL_LINE - 1) / CXL_LINE);
+    if (cxl_flush_kind < 0)
+        cxl_flush_kind = cxl_has_clwb() ? 2 : cxl_has_clflushopt() ? 1 : 0;
+    if (cxl_flush_kind == 2 && !invalidate) cxl_clwb_range(p, end);
+    else if (cxl_flush_kind >= 1) cxl_clflushopt_range(p, end);
+    else for (; p < end; p += CXL_LINE) _mm_clflush(p);
+    _mm_sfence();
+#else
+    (void)addr; (void)n; (void)invalidate;
+#endif
+}
+
+/* ------------------------------------------------------------- waiting */
+
+static inline double cxl_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Is process `pid` gone?  Only meaningful for peers on this host. */
+static inline int cxl_pid_gone(int64_t pid)
+{
+    if (pid <= 0) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Wait policy state: spin with pause, then sched_yield, then short sleeps. */
+typedef struct {
+    uint64_t polls;
+    double deadline_s;   /* absolute monotonic time; <= 0: none */
+    double next_check_s; /* next time to look at the clock / liveness */
+} cxl_waiter;
+
+#define CXL_SPIN_POLLS 2048u
+#define CXL_YIELD_POLLS 16384u
+
+static inline void cxl_waiter_init(cxl_waiter *w, double timeout_s)
+{
+    w->polls = 0;
+    w->deadline_s = timeout_s > 0 ? cxl_now_s() + timeout_s : 0.0;
+    w->next_check_s = 0.0;
+}
+
+/* One round of backing off; returns 1 when it is time to check the deadline
+ * and peer liveness (about every 10 ms once past the spinning phase). */
+static inline int cxl_backoff(cxl_waiter *w)
+{
+    w->polls++;
+    if (w->polls < CXL_SPIN_POLLS) { cxl_cpu_relax(); return 0; }
+    if (w->polls < CXL_YIELD_POLLS) sched_yield();
+    else {
+        struct timespec ts = {0, 20000}; /* 20 us */
+        nanosleep(&ts, NULL);
+    }
+    if ((w->polls & 63u) != 0) return 0;
+    double now = cxl_now_s();
+    if (now < w->next_check_s) return 0;
+    w->next_check_s = now + 0.01;
+    return 1;
+}
+
+/* --------------------------------------------------------------- copies */
+
+static inline void cxl_copy(void *dst, const void *src, size_t n)
+{
+    if (n && dst != src) memcpy(dst, src, n);
+}
+
+/* --------------------------------------------------- reduction kernels
+ * Type codes (must match _core.pyx).  BYTE is an opaque byte: only the
+ * bitwise ops are defined on it, as MPI says for MPI_BYTE. */
+enum {
+    CXL_I8, CXL_I16, CXL_I32, CXL_I64,
+    CXL_U8, CXL_U16, CXL_U32, CXL_U64,
+    CXL_F32, CXL_F64, CXL_C64, CXL_C128,
+    CXL_BOOL, CXL_BYTE, CXL_NTYPES
+};
+/* Op codes (must match _core.pyx). */
+enum {
+    CXL_SUM, CXL_PROD, CXL_MAX, CXL_MIN,
+    CXL_LAND, CXL_LOR, CXL_LXOR, CXL_BAND, CXL_BOR, CXL_BXOR, CXL_NOPS
+};
+
+/* dst[i] = a[i] OP b[i]  (dst may equal a: "accumulate" form). */
+typedef void (*cxl_reduce_fn)(void *dst, const void *a, const void *b, size_t n);
+
+#define CXL_OP_SUM(x, y) ((x) + (y))
+#define CXL_OP_PROD(x, y) ((x) * (y))
+#define CXL_OP_MAX(x, y) ((x) > (y) ? (x) : (y))
+#define CXL_OP_MIN(x, y) ((x) < (y) ? (x) : (y))
+#define CXL_OP_LAND(x, y) ((x) && (y))
+#define CXL_OP_LOR(x, y) ((x) || (y))
+#define CXL_OP_LXOR(x, y) ((!(x)) != (!(y)))
+#define CXL_OP_BAND(x, y) ((x) & (y))
+#define CXL_OP_BOR(x, y) ((x) | (y))
+#define CXL_OP_BXOR(x, y) ((x) ^ (y))
+
+/* The one loop body.  `dst` may alias `a` element-for-element (same index),
+ * which is well defined because each element is read before it is written. */
+#define CXL_DEF_REDUCE(OPN, TN, T)                                           \
+    static void cxl_reduce_##OPN##_##TN(void *dst_, const void *a_,          \
+                                        const void *b_, size_t n)            \
+    {                                                                        \
+        T *dst = (T *)dst_;                                                  \
+        const T *a = (const T *)a_;                                          \
+        const T *restrict b = (const T *)b_;                                 \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)CXL_OP_##OPN(a[i], b[i]); \
+    }
+
+#define CXL_FOR_INTS(M, OPN)                                                  \
+    M(OPN, i8, int8_t) M(OPN, i16, int16_t) M(OPN, i32, int32_t)              \
+    M(OPN, i64, int64_t) M(OPN, u8, uint8_t) M(OPN, u16, uint16_t)            \
+    M(OPN, u32, uint32_t) M(OPN, u64, uint64_t)
+#define CXL_FOR_REALS(M, OPN) M(OPN, f32, float) M(OPN, f64, double)
+#define CXL_FOR_COMPLEX(M, OPN) \
+    M(OPN, c64, float _Complex) M(OPN, c128, double _Complex)
+
+/* Which (op, type) pairs MPI defines: sum/prod on numbers, max/min on
+ * integers and reals, logical ops on integers and bool, bitwise ops on
+ * integers and bytes. */
+CXL_FOR_INTS(CXL_DEF_REDUCE, SUM) CXL_FOR_REALS(CXL_DEF_REDUCE, SUM) CXL_FOR_COMPLEX(CXL_DEF_REDUCE, SUM)
+CXL_FOR_INTS(CXL_DEF_REDUCE, PROD) CXL_FOR_REALS(CXL_DEF_REDUCE, PROD) CXL_FOR_COMPLEX(CXL_DEF_REDUCE, PROD)
+CXL_FOR_INTS(CXL_DEF_REDUCE, MAX) CXL_FOR_REALS(CXL_DEF_REDUCE, MAX)
+CXL_FOR_INTS(CXL_DEF_REDUCE, MIN) CXL_FOR_REALS(CXL_DEF_REDUCE, MIN)
+CXL_FOR_INTS(CXL_DEF_REDUCE, LAND) CXL_DEF_REDUCE(LAND, bool, _Bool)
+CXL_FOR_INTS(CXL_DEF_REDUCE, LOR) CXL_DEF_REDUCE(LOR, bool, _Bool)
+CXL_FOR_INTS(CXL_DEF_REDUCE, LXOR) CXL_DEF_REDUCE(LXOR, bool, _Bool)
+CXL_FOR_INTS(CXL_DEF_REDUCE, BAND) CXL_DEF_REDUCE(BAND, byte, uint8_t)
+CXL_FOR_INTS(CXL_DEF_REDUCE, BOR) CXL_DEF_REDUCE(BOR, byte, uint8_t)
+CXL_FOR_INTS(CXL_DEF_REDUCE, BXOR) CXL_DEF_REDUCE(BXOR, byte, uint8_t)
+
+#define CXL_E(OPN, TN) [CXL_##TN] = cxl_reduce_##OPN##_##TN
+#define CXL_INT_ENTRIES(OPN)                                          \
+    [CXL_I8] = cxl_reduce_##OPN##_i8, [CXL_I16] = cxl_reduce_##OPN##_i16, \
+    [CXL_I32] = cxl_reduce_##OPN##_i32, [CXL_I64] = cxl_reduce_##OPN##_i64, \
+    [CXL_U8] = cxl_reduce_##OPN##_u8, [CXL_U16] = cxl_reduce_##OPN##_u16, \
+    [CXL_U32] = cxl_reduce_##OPN##_u32, [CXL_U64] = cxl_reduce_##OPN##_u64
+#define CXL_REAL_ENTRIES(OPN) \
+    [CXL_F32] = cxl_reduce_##OPN##_f32, [CXL_F64] = cxl_reduce_##OPN##_f64
+#define CXL_COMPLEX_ENTRIES(OPN) \
+    [CXL_C64] = cxl_reduce_##OPN##_c64, [CXL_C128] = cxl_reduce_##OPN##_c128
+
+/* NULL entry = the op is not defined for the type: the dispatcher passes the
+ * call through so that MPI itself reports the error. */
+static const cxl_reduce_fn cxl_reduce_table[CXL_NOPS][CXL_NTYPES] = {
+    [CXL_SUM] = {CXL_INT_ENTRIES(SUM), CXL_REAL_ENTRIES(SUM), CXL_COMPLEX_ENTRIES(SUM)},
+    [CXL_PROD] = {CXL_INT_ENTRIES(PROD), CXL_REAL_ENTRIES(PROD), CXL_COMPLEX_ENTRIES(PROD)},
+    [CXL_MAX] = {CXL_INT_ENTRIES(MAX), CXL_REAL_ENTRIES(MAX)},
+    [CXL_MIN] = {CXL_INT_ENTRIES(MIN), CXL_REAL_ENTRIES(MIN)},
+    [CXL_LAND] = {CXL_INT_ENTRIES(LAND), [CXL_BOOL] = cxl_reduce_LAND_bool},
+    [CXL_LOR] = {CXL_INT_ENTRIES(LOR), [CXL_BOOL] = cxl_reduce_LOR_bool},
+    [CXL_LXOR] = {CXL_INT_ENTRIES(LXOR), [CXL_BOOL] = cxl_reduce_LXOR_bool},
+    [CXL_BAND] = {CXL_INT_ENTRIES(BAND), [CXL_BYTE] = cxl_reduce_BAND_byte},
+    [CXL_BOR] = {CXL_INT_ENTRIES(BOR), [CXL_BYTE] = cxl_reduce_BOR_byte},
+    [CXL_BXOR] = {CXL_INT_ENTRIES(BXOR), [CXL_BYTE] = cxl_reduce_BXOR_byte},
+};
+
+static inline cxl_reduce_fn cxl_reducer(int op, int type)
+{
+    if (op < 0 || op >= CXL_NOPS || type < 0 || type >= CXL_NTYPES) return NULL;
+    return cxl_reduce_table[op][type];
+}
+
+#endif /* CXL_KERNELS_H */

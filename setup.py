@@ -1,0 +1,20 @@
+"""Build the compiled parts of cxlmpi (pyx/ -> cxlmpi._pool, cxlmpi._message).
+
+The extensions use no MPI header and link no MPI library: every MPI call goes
+through mpi4py, so one build works with MPICH, Open MPI or any other MPI.
+"""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function"]
+
+extensions = [
+    Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
+              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_kernels.h"]),
+    Extension("cxlmpi._message", ["pyx/_message.pyx"],
+              extra_compile_args=COMPILE_ARGS),
+]
+
+setup(ext_modules=cythonize(extensions, language_level=3,
+                            compiler_directives={"embedsignature": True}))
