@@ -1,4 +1,4 @@
-"""Build the compiled parts of cxlmpi (pyx/ -> cxlmpi._pool, cxlmpi._message).
+"""Build the compiled parts of cxlmpi (pyx/ -> cxlmpi._pool, cxlmpi._shim).
 
 The extensions use no MPI header and link no MPI library: every MPI call goes
 through mpi4py, so one build works with MPICH, Open MPI or any other MPI.
@@ -12,7 +12,7 @@ COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function"]
 extensions = [
     Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
               extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_kernels.h"]),
-    Extension("cxlmpi._message", ["pyx/_message.pyx"],
+    Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
               extra_compile_args=COMPILE_ARGS),
 ]
 

@@ -12,8 +12,13 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 from __future__ import annotations
 
 from .comm import CXLComm, wrap
-from .errors import (CXLMPIConfigError, CXLMPIError, CXLMPIPeerError,
-                     CXLMPIPoolError, CXLMPITimeoutError)
+from .errors import (
+    CXLMPIConfigError,
+    CXLMPIError,
+    CXLMPIPeerError,
+    CXLMPIPoolError,
+    CXLMPITimeoutError,
+)
 from .patch import is_patched, patch, unpatch
 from .stats import reset as reset_stats
 from .stats import stats

@@ -8,28 +8,21 @@ uses only what MPI requires to match on all ranks (see dispatch.py).
 
 from __future__ import annotations
 
-from time import perf_counter
 from typing import Any
 
-import numpy as np
 from mpi4py import MPI
 
-from . import config, dispatch
+from . import _shim, config
 from ._pool import Pool, PoolFailure
 from .errors import CXLMPIError, CXLMPIPeerError, CXLMPITimeoutError
 from .group import create_pool
-from .stats import record
 
 __all__ = ["CXLComm", "wrap"]
-
-_ndarray = np.ndarray
-_IN_PLACE = MPI.IN_PLACE
-_Intracomm = MPI.Intracomm
 
 
 class _State:
     """Pool state of one MPI communicator (shared by every Python object
-    with the same handle), or `pool=None` when its ranks share no pool."""
+    with the same handle); `pool` is None when its ranks share no pool."""
 
     __slots__ = ("pool", "error")
 
@@ -43,9 +36,9 @@ class _State:
             self.pool = None
 
 
-# handle -> state; an MPI attribute on the communicator removes the entry
-# when MPI frees the communicator, whoever frees it.
-_states: dict[int, _State] = {}
+# handle -> state (the dict the compiled hot path reads); an MPI attribute on
+# the communicator removes the entry when MPI frees it, whoever frees it.
+_states: dict[int, _State] = _shim.states
 
 
 def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
@@ -57,13 +50,11 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
 
 
-def _state(comm: MPI.Intracomm) -> _State:
-    """The communicator's pool state, set up collectively on first use."""
-    state = _states.get(comm.handle)
-    if state is None:
-        state = _State(create_pool(comm))
-        _states[comm.handle] = state
-        comm.Set_attr(_KEYVAL, state)
+def _state_for(comm: MPI.Intracomm) -> _State:
+    """Collective: set up the pool state of `comm` on its first pool call."""
+    state = _State(create_pool(comm))
+    _states[comm.handle] = state
+    comm.Set_attr(_KEYVAL, state)
     return state
 
 
@@ -88,21 +79,11 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
     return err
 
 
-def _run(comm: MPI.Intracomm, state: _State, method: str, *args: Any) -> None:
-    if state.error is not None:
-        raise state.error
-    try:
-        getattr(state.pool, method)(*args)
-    except PoolFailure as exc:
-        raise _fail(comm, state, exc) from None
+_shim.bind(_state_for, _fail)
+config.get()
 
 
-def _small(obj: Any, threshold: int) -> bool:
-    # Fast exit for the commonest small message: a bare numpy array.
-    return type(obj) is _ndarray and obj.nbytes < threshold
-
-
-class CXLComm(MPI.Intracomm):
+class CXLComm(_shim.CommBase):
     """An Intracomm on the same MPI handle whose large collectives go
     through the shared pool; usable anywhere an Intracomm is."""
 
@@ -154,106 +135,6 @@ class CXLComm(MPI.Intracomm):
     def __repr__(self) -> str:
         return f"<cxlmpi.CXLComm {self.Get_name() or hex(self.handle)}>"
 
-    # --------------------------------------------------------- collectives
-
-    def Barrier(self) -> None:
-        """Barrier synchronization (in the pool once the pool exists)."""
-        t0 = perf_counter()
-        state = _states.get(self.handle)
-        if state is None or state.pool is None or config.get().disable:
-            super().Barrier()
-            record("barrier", False, 0, perf_counter() - t0)
-            return
-        _run(self, state, "barrier")
-        record("barrier", True, 0, perf_counter() - t0)
-
-    def Bcast(self, buf: Any, root: int = 0) -> None:
-        """Broadcast data from one process to all other processes."""
-        t0 = perf_counter()
-        cfg = config.get()
-        msg = None
-        if not (cfg.disable or _small(buf, cfg.threshold)) and \
-                0 <= root < self.Get_size():
-            msg = dispatch.parse(buf, root != self.Get_rank())
-            if msg is not None and msg.nbytes < cfg.threshold:
-                msg = None
-        state = _state(self) if msg is not None else None
-        if state is None or state.pool is None:
-            super().Bcast(buf, root)
-            record("bcast", False, 0, perf_counter() - t0)
-            return
-        _run(self, state, "bcast", msg.address, msg.nbytes, root)
-        record("bcast", True, msg.nbytes, perf_counter() - t0)
-
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
-               root: int = 0) -> None:
-        """Reduce to root."""
-        t0 = perf_counter()
-        plan = None
-        if 0 <= root < self.Get_size():
-            plan = self._plan_reduce(sendbuf, recvbuf, op,
-                                     root == self.Get_rank())
-        state = _state(self) if plan is not None else None
-        if state is None or state.pool is None:
-            super().Reduce(sendbuf, recvbuf, op, root)
-            record("reduce", False, 0, perf_counter() - t0)
-            return
-        send, recv, opc = plan
-        _run(self, state, "reduce", send.address,
-             recv.address if recv is not None else 0, send.count,
-             send.itemsize, opc, send.tcode, root)
-        record("reduce", True, send.nbytes, perf_counter() - t0)
-
-    def Allreduce(self, sendbuf: Any, recvbuf: Any,
-                  op: MPI.Op = MPI.SUM) -> None:
-        """Reduce to all."""
-        t0 = perf_counter()
-        plan = self._plan_reduce(sendbuf, recvbuf, op, True)
-        state = _state(self) if plan is not None else None
-        if state is None or state.pool is None:
-            super().Allreduce(sendbuf, recvbuf, op)
-            record("allreduce", False, 0, perf_counter() - t0)
-            return
-        send, recv, opc = plan
-        _run(self, state, "reduce", send.address, recv.address, send.count,
-             send.itemsize, opc, send.tcode, -1)
-        record("allreduce", True, send.nbytes, perf_counter() - t0)
-
-    def _plan_reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op,
-                     receiving: bool) -> tuple | None:
-        """(send, recv, op code) when the pool can take this reduction; the
-        send message stands for the recv buffer when sendbuf is IN_PLACE."""
-        cfg = config.get()
-        if cfg.disable:
-            return None
-        opc = dispatch.op_code(op)
-        if opc is None:
-            return None
-        recv = None
-        if receiving:
-            if _small(recvbuf, cfg.threshold):
-                return None
-            recv = dispatch.parse(recvbuf, True)
-            if recv is None:
-                return None
-            if sendbuf is _IN_PLACE:
-                send = recv
-            else:
-                send = dispatch.parse(sendbuf, False)
-                if (send is None or send.count != recv.count
-                        or send.datatype.handle != recv.datatype.handle
-                        or dispatch.overlap(send, recv)):
-                    return None
-        else:
-            if _small(sendbuf, cfg.threshold):
-                return None
-            send = dispatch.parse(sendbuf, False)
-            if send is None:
-                return None
-        if send.nbytes < cfg.threshold or not dispatch.reduction_ok(opc, send.tcode):
-            return None
-        return send, recv, opc
-
 
 def _predefined(name: str) -> CXLComm:
     """Unpickle a wrapped COMM_WORLD / COMM_SELF (the patched object if any)."""
@@ -270,8 +151,8 @@ def wrap(comm: MPI.Comm) -> MPI.Comm:
     their collectives always pass through."""
     if isinstance(comm, CXLComm):
         return comm
-    if type(comm) is _Intracomm or (isinstance(comm, MPI.Comm) and
-                                    type(comm) is MPI.Comm and not comm.Is_inter()
-                                    and comm != MPI.COMM_NULL):
+    if type(comm) is MPI.Intracomm:
+        return CXLComm(comm)
+    if type(comm) is MPI.Comm and comm != MPI.COMM_NULL and not comm.Is_inter():
         return CXLComm(comm)
     return comm

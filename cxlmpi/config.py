@@ -144,6 +144,7 @@ def get() -> Config:
     global _config
     if _config is None:
         _config = Config()
+        _apply(_config)
     return _config
 
 
@@ -151,4 +152,11 @@ def reload() -> Config:
     """Read the settings from the environment again."""
     global _config
     _config = Config()
+    _apply(_config)
     return _config
+
+
+def _apply(cfg: Config) -> None:
+    from . import _shim
+
+    _shim.configure(cfg)

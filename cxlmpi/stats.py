@@ -5,24 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-__all__ = ["stats", "reset", "record", "format_table"]
-
-# name -> [pool_calls, passthrough_calls, nbytes (through the pool), seconds]
-_table: dict[str, list[float]] = {}
-
-
-def record(name: str, pool: bool, nbytes: int, seconds: float) -> None:
-    """Count one call of collective `name`."""
-    row = _table.get(name)
-    if row is None:
-        row = _table[name] = [0, 0, 0, 0.0]
-    if pool:
-        row[0] += 1
-        row[2] += nbytes
-    else:
-        row[1] += 1
-    row[3] += seconds
-
+__all__ = ["stats", "reset", "format_table", "print_at_exit"]
 
 def stats() -> dict[str, dict[str, float]]:
     """Figures of this process, keyed by lower-case collective name.
@@ -31,11 +14,12 @@ def stats() -> dict[str, dict[str, float]]:
     through the pool) and ``seconds`` (time in the call, both paths).  The
     entry ``"coherence"`` counts ``flushed_lines`` (software coherence)."""
     from ._pool import flushed_lines
+    from ._shim import stats_rows
 
     out: dict[str, dict[str, float]] = {
-        name: {"pool_calls": int(row[0]), "passthrough_calls": int(row[1]),
-               "nbytes": int(row[2]), "seconds": row[3]}
-        for name, row in sorted(_table.items())
+        name: {"pool_calls": row[0], "passthrough_calls": row[1],
+               "nbytes": row[2], "seconds": row[3]}
+        for name, row in sorted(stats_rows().items())
     }
     out["coherence"] = {"flushed_lines": int(flushed_lines())}
     return out
@@ -43,7 +27,9 @@ def stats() -> dict[str, dict[str, float]]:
 
 def reset() -> None:
     """Forget every count."""
-    _table.clear()
+    from ._shim import stats_reset
+
+    stats_reset()
 
 
 def format_table(figures: dict[str, dict[str, float]] | None = None,

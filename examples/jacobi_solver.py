@@ -42,28 +42,22 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import math  # noqa: E402
+import argparse
+import math
 
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
+from mpi4py import MPI
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nx", type=int, default=1024, help="grid columns")
     parser.add_argument("--ny", type=int, default=512, help="grid rows")
-    parser.add_argument(
-        "--sigma", type=float, default=0.1, help="screening shift (> 0)"
-    )
-    parser.add_argument(
-        "--tol", type=float, default=1e-8, help="relative residual tolerance"
-    )
+    parser.add_argument("--sigma", type=float, default=0.1, help="screening shift (> 0)")
+    parser.add_argument("--tol", type=float, default=1e-8, help="relative residual tolerance")
     parser.add_argument("--maxiter", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=2024, help="random seed")
-    parser.add_argument(
-        "--log-every", type=int, default=200, help="progress interval (0: off)"
-    )
+    parser.add_argument("--log-every", type=int, default=200, help="progress interval (0: off)")
     return parser.parse_args()
 
 
@@ -123,8 +117,7 @@ def main() -> None:
     if rank == 0:
         b[:] = np.random.default_rng(args.seed).standard_normal(n)
         print(
-            f"# ranks={size} grid={ny}x{nx} n={n} "
-            f"vector={n * 8 / 2**20:.1f}MiB sigma={args.sigma}",
+            f"# ranks={size} grid={ny}x{nx} n={n} vector={n * 8 / 2**20:.1f}MiB sigma={args.sigma}",
             flush=True,
         )
     comm.Bcast([b, MPI.DOUBLE], root=0)

@@ -36,11 +36,11 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import math  # noqa: E402
+import argparse
+import math
 
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
+from mpi4py import MPI
 
 D_IN = 64  # input features
 D_OUT = 16  # regression targets
@@ -57,12 +57,8 @@ def parse_args() -> argparse.Namespace:
         help="approximate number of model parameters (sets the hidden width)",
     )
     parser.add_argument("--seed", type=int, default=1234, help="random seed")
-    parser.add_argument(
-        "--samples", type=int, default=4096, help="size of the training set"
-    )
-    parser.add_argument(
-        "--batch", type=int, default=16, help="global mini-batch size per step"
-    )
+    parser.add_argument("--samples", type=int, default=4096, help="size of the training set")
+    parser.add_argument("--batch", type=int, default=16, help="global mini-batch size per step")
     parser.add_argument(
         "--lr",
         type=float,
@@ -76,9 +72,7 @@ def parse_args() -> argparse.Namespace:
         default=0.0,
         help="reduce the gradient in buckets of this many MiB (0: one Allreduce)",
     )
-    parser.add_argument(
-        "--log-every", type=int, default=0, help="progress interval (0: steps/5)"
-    )
+    parser.add_argument("--log-every", type=int, default=0, help="progress interval (0: steps/5)")
     return parser.parse_args()
 
 
@@ -106,9 +100,7 @@ def param_count(hidden: int) -> int:
     return D_IN * hidden + hidden + hidden * D_OUT + D_OUT
 
 
-def unpack(
-    flat: np.ndarray, hidden: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def unpack(flat: np.ndarray, hidden: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Views (W1, b1, W2, b2) into a flat parameter or gradient vector."""
     i = 0
     w1 = flat[i : i + D_IN * hidden].reshape(D_IN, hidden)
