@@ -12,6 +12,7 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 from __future__ import annotations
 
 from .comm import CXLComm, wrap
+from .entry import is_patched, patch, unpatch
 from .errors import (
     CXLMPIConfigError,
     CXLMPIError,
@@ -19,7 +20,6 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
-from .patch import is_patched, patch, unpatch
 from .stats import reset as reset_stats
 from .stats import stats
 

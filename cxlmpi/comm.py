@@ -138,9 +138,9 @@ class CXLComm(_shim.CommBase):
 
 def _predefined(name: str) -> CXLComm:
     """Unpickle a wrapped COMM_WORLD / COMM_SELF (the patched object if any)."""
-    from . import patch as _patch
+    from .entry import predefined
 
-    return _patch.predefined(name)
+    return predefined(name)
 
 
 def wrap(comm: MPI.Comm) -> MPI.Comm:

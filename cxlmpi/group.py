@@ -11,6 +11,8 @@ split or none is.
 
 from __future__ import annotations
 
+import os
+
 from mpi4py import MPI
 
 from . import config
@@ -74,6 +76,8 @@ def create_pool(comm: MPI.Intracomm) -> Pool | None:
             "; ".join(dict.fromkeys(errors))
             + " (check /dev/shm space and CXLMPI_POOL_SIZE)")
     pool.timeout_s = cfg.timeout
+    # Busy-poll only with a core per rank; oversubscribed ranks yield at once.
+    pool.spin = size <= len(os.sched_getaffinity(0))
     pool.software_coherence = cfg.coherence == "sw"
     pool.chunk_nbytes = cfg.chunk_size
     pool.rsag_min_nbytes = cfg.rsag_threshold

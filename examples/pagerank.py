@@ -108,7 +108,7 @@ def main() -> None:
 
     nchunks = -(-n // CHUNK)
     chunk0, chunk1 = split_range(nchunks, size, rank)
-    lo, hi = chunk0 * CHUNK, min(chunk1 * CHUNK, n)  # my source pages
+    lo, hi = min(chunk0 * CHUNK, n), min(chunk1 * CHUNK, n)  # my source pages
     outdeg, dst = make_links(n, chunk0, chunk1, args.max_degree, args.seed)
     inv_outdeg = 1.0 / outdeg
     edges = comm.allreduce(int(dst.size))

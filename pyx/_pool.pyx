@@ -42,13 +42,14 @@ cdef extern from "cxl_kernels.h" nogil:
     ctypedef void (*cxl_reduce_fn)(void *dst, const void *a, const void *b, size_t n)
     ctypedef struct cxl_waiter:
         uint64_t polls
+        uint64_t spin_polls
         double deadline_s
         double next_check_s
     uint64_t cxl_load_acquire(const uint64_t *p)
     void cxl_store_release(uint64_t *p, uint64_t v)
     void cxl_flush(const void *addr, size_t n, int invalidate)
     void cxl_copy(void *dst, const void *src, size_t n)
-    void cxl_waiter_init(cxl_waiter *w, double timeout_s)
+    void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
     int cxl_backoff(cxl_waiter *w)
     double cxl_now_s()
     int cxl_pid_gone(int64_t pid)
@@ -99,6 +100,7 @@ ctypedef struct state_t:
     size_t half_nbytes
     size_t slot_offset
     int sw                 # software coherence: flush/invalidate
+    int spin               # busy-poll before yielding (a core per rank)
     double timeout_s
     int failed_rank        # set on error: a rank that never arrived
     int failed_code
@@ -158,7 +160,7 @@ cdef int wait_all(state_t *st) noexcept nogil:
     cdef int q
     cdef uint64_t *line
     cdef cxl_waiter w
-    cxl_waiter_init(&w, st.timeout_s)
+    cxl_waiter_init(&w, st.timeout_s, st.spin)
     for q in range(st.size):
         if q == st.rank:
             continue
@@ -435,6 +437,7 @@ cdef class Pool:
         self.st.half_nbytes = h.half_nbytes
         self.st.slot_offset = h.slot_offset
         self.st.sw = 0
+        self.st.spin = 1
         self.st.timeout_s = 0
         self.chunk_nbytes = h.half_nbytes
         self.rsag_min_nbytes = 0
@@ -481,6 +484,12 @@ cdef class Pool:
             return self.st.timeout_s
         def __set__(self, double value):
             self.st.timeout_s = value
+
+    property spin:
+        def __get__(self):
+            return bool(self.st.spin)
+        def __set__(self, bint value):
+            self.st.spin = value
 
     property software_coherence:
         def __get__(self):

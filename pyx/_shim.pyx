@@ -98,11 +98,11 @@ cdef inline void record(int which, bint pool, double nbytes, double t0) noexcept
 
 
 def stats_rows():
-    """{name: (pool_calls, passthrough_calls, nbytes, seconds)} of the calls
-    made so far (collectives never called are left out)."""
+    """{name: (pool_calls, passthrough_calls, nbytes, seconds)} of every
+    intercepted collective, called or not."""
     return {COLLECTIVES[i]: (int(stat_pool[i]), int(stat_pass[i]),
                              int(stat_bytes[i]), stat_seconds[i])
-            for i in range(NCOLL) if stat_pool[i] or stat_pass[i]}
+            for i in range(NCOLL)}
 
 
 def stats_reset():
@@ -140,8 +140,7 @@ def _add_types(names, prefix):
         if prefix is None:
             code = MOVE_ONLY
         else:
-            bits = size * 8 if prefix != "c" else size * 4
-            code = TYPE_CODES.get(f"{prefix}{bits}", MOVE_ONLY)
+            code = TYPE_CODES.get(f"{prefix}{size * 8}", MOVE_ONLY)
         TYPE_INFO[dtype.handle] = (code, size)
 
 

@@ -126,16 +126,21 @@ static inline int cxl_pid_gone(int64_t pid)
 /* Wait policy state: spin with pause, then sched_yield, then short sleeps. */
 typedef struct {
     uint64_t polls;
+    uint64_t spin_polls; /* polls with only a pause before yielding */
     double deadline_s;   /* absolute monotonic time; <= 0: none */
     double next_check_s; /* next time to look at the clock / liveness */
 } cxl_waiter;
 
-#define CXL_SPIN_POLLS 2048u
-#define CXL_YIELD_POLLS 16384u
+/* Spinning pays only when every rank has a core of its own; with more ranks
+ * than cores (oversubscribed) the waiter yields from the first poll, so the
+ * rank it waits for gets the core. */
+#define CXL_SPIN_POLLS 4096u
+#define CXL_YIELD_POLLS 65536u
 
-static inline void cxl_waiter_init(cxl_waiter *w, double timeout_s)
+static inline void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
 {
     w->polls = 0;
+    w->spin_polls = spin ? CXL_SPIN_POLLS : 0;
     w->deadline_s = timeout_s > 0 ? cxl_now_s() + timeout_s : 0.0;
     w->next_check_s = 0.0;
 }
@@ -145,7 +150,7 @@ static inline void cxl_waiter_init(cxl_waiter *w, double timeout_s)
 static inline int cxl_backoff(cxl_waiter *w)
 {
     w->polls++;
-    if (w->polls < CXL_SPIN_POLLS) { cxl_cpu_relax(); return 0; }
+    if (w->polls < w->spin_polls) { cxl_cpu_relax(); return 0; }
     if (w->polls < CXL_YIELD_POLLS) sched_yield();
     else {
         struct timespec ts = {0, 20000}; /* 20 us */

@@ -1,0 +1,117 @@
+"""Helpers for the MPI test bodies (each runs on every rank under mpiexec).
+
+A test computes its verdict locally and then `agree()`s: every rank learns
+whether any rank failed, so all ranks fail the same test together and none
+is left waiting in a collective the others skipped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+import cxlmpi
+from cxlmpi import config
+
+PLAIN = MPI.COMM_WORLD
+RANK = PLAIN.Get_rank()
+SIZE = PLAIN.Get_size()
+CFG = config.get()
+
+# Every numeric type the kernels reduce, plus bool and bytes.
+INT_TYPES = [np.int8, np.int16, np.int32, np.int64,
+             np.uint8, np.uint16, np.uint32, np.uint64]
+FLOAT_TYPES = [np.float32, np.float64]
+COMPLEX_TYPES = [np.complex64, np.complex128]
+NUMERIC_TYPES = INT_TYPES + FLOAT_TYPES + COMPLEX_TYPES
+
+ARITH_OPS = [MPI.SUM, MPI.PROD]
+ORDER_OPS = [MPI.MAX, MPI.MIN]
+LOGICAL_OPS = [MPI.LAND, MPI.LOR, MPI.LXOR]
+BITWISE_OPS = [MPI.BAND, MPI.BOR, MPI.BXOR]
+
+
+def ops_for(dtype: type) -> list[MPI.Op]:
+    """The predefined ops MPI defines on `dtype` (numpy uint8 maps to
+    MPI.BYTE in mpi4py, which has only the bitwise ops)."""
+    if dtype is np.bool_:
+        return LOGICAL_OPS
+    if dtype is np.uint8:
+        return BITWISE_OPS
+    if dtype in INT_TYPES:
+        return ARITH_OPS + ORDER_OPS + LOGICAL_OPS + BITWISE_OPS
+    if dtype in FLOAT_TYPES:
+        return ARITH_OPS + ORDER_OPS
+    return ARITH_OPS
+
+
+def slot_nbytes(nranks: int = SIZE) -> int:
+    """Bytes of one data half of a rank's slot at the configured pool size."""
+    from cxlmpi._pool import Pool
+
+    return Pool.layout(nranks, CFG.pool_size)[1]
+
+
+def sizes_bytes() -> list[int]:
+    """Message sizes that matter: 0, tiny, odd, around the threshold, several
+    chunks, and larger than a slot."""
+    thr = CFG.threshold
+    chunk = CFG.chunk_size
+    return sorted({0, 1, 8, 56, thr - 8, thr, thr + 8, 3 * chunk + 24,
+                   min(slot_nbytes() + slot_nbytes() // 2 + 40, 3 << 20)})
+
+
+def counts_for(dtype: type) -> list[int]:
+    itemsize = np.dtype(dtype).itemsize
+    return sorted({max(0, n // itemsize) for n in sizes_bytes()} | {1, 7})
+
+
+def make_data(dtype: type, count: int, seed: int, op: MPI.Op | None = None,
+              rank: int = RANK) -> np.ndarray:
+    """Rank-dependent data that no op overflows differently across orders."""
+    rng = np.random.default_rng([seed, rank, count])
+    if dtype is np.bool_:
+        return rng.integers(0, 2, count).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        if op in (MPI.PROD,):
+            vals = rng.choice([1, 1, 1, 2], count)
+        else:
+            vals = rng.integers(0, 100, count)
+        return vals.astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (rng.standard_normal(count) + 1j * rng.standard_normal(count)).astype(dtype)
+    return rng.standard_normal(count).astype(dtype)
+
+
+def same(got: np.ndarray, want: np.ndarray, op: MPI.Op | None = None) -> bool:
+    """Integers, bools and MAX/MIN bit-identical; SUM/PROD of floats within
+    rounding (stock MPI may reduce in another order)."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return False
+    if np.issubdtype(got.dtype, np.inexact) and op in (MPI.SUM, MPI.PROD):
+        tol = 1e-4 if got.dtype in (np.float32, np.complex64) else 1e-10
+        return bool(np.allclose(got, want, rtol=tol, atol=tol))
+    return bool(np.array_equal(got, want))
+
+
+def agree(ok: bool, what: str = "") -> None:
+    """Collective assertion: fails on every rank if it failed on any."""
+    oks = PLAIN.allgather(bool(ok))
+    if not all(oks):
+        bad = [r for r, v in enumerate(oks) if not v]
+        raise AssertionError(f"{what}: failed on ranks {bad}")
+
+
+def pool_expected() -> bool:
+    """Whether large calls should go through the pool in this job."""
+    return SIZE > 1 and not CFG.disable
+
+
+def pool_calls(name: str) -> int:
+    return int(cxlmpi.stats().get(name, {}).get("pool_calls", 0))
+
+
+def expect_flush() -> bool:
+    return os.environ.get("CXLMPI_EXPECT_FLUSH") == "1"

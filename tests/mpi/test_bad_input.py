@@ -1,0 +1,119 @@
+"""Bad input: the exception stock mpi4py raises (or a clear ValueError),
+before any memory is touched.  Every case here raises on every rank, so no
+rank is left in a collective."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from common import PLAIN, RANK, SIZE, agree, counts_for, make_data
+from mpi4py import MPI
+
+
+def _raises(fn) -> type | None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the type is what we compare
+        return type(exc)
+    return None
+
+
+def _same_error(wrapped_call, plain_call, what: str) -> None:
+    got = _raises(wrapped_call)
+    want = _raises(plain_call)
+    agree(got is not None and got == want, f"{what}: cxlmpi {got}, stock {want}")
+
+
+N = 4096
+
+
+def test_recv_too_small(comm):
+    send = make_data(np.float64, N, 30)
+    _same_error(lambda: comm.Allreduce(send, np.zeros(N - 1)),
+                lambda: PLAIN.Allreduce(send, np.zeros(N - 1)), "recv too small")
+
+
+def test_count_mismatch(comm):
+    send = make_data(np.float64, N, 31)
+    _same_error(lambda: comm.Allreduce([send, N - 3, MPI.DOUBLE], np.zeros(N)),
+                lambda: PLAIN.Allreduce([send, N - 3, MPI.DOUBLE], np.zeros(N)),
+                "count mismatch")
+
+
+def test_type_mismatch(comm):
+    send = make_data(np.float64, N, 32)
+    _same_error(lambda: comm.Allreduce(send, np.zeros(N, np.int64)),
+                lambda: PLAIN.Allreduce(send, np.zeros(N, np.int64)), "type mismatch")
+
+
+def test_readonly_recv(comm):
+    send = make_data(np.float64, N, 33)
+    recv = np.zeros(N)
+    recv.setflags(write=False)
+    _same_error(lambda: comm.Allreduce(send, recv),
+                lambda: PLAIN.Allreduce(send, recv), "read-only recv")
+
+
+@pytest.mark.parametrize("root", [-1, SIZE, SIZE + 5])
+def test_root_out_of_range(comm, root):
+    buf = np.zeros(N)
+    _same_error(lambda: comm.Bcast(buf, root), lambda: PLAIN.Bcast(buf, root), "Bcast root")
+    _same_error(lambda: comm.Reduce(buf, np.zeros(N), MPI.SUM, root),
+                lambda: PLAIN.Reduce(buf, np.zeros(N), MPI.SUM, root), "Reduce root")
+
+
+def test_op_not_defined_for_type(comm):
+    send = make_data(np.complex128, N, 34)
+    _same_error(lambda: comm.Allreduce(send, np.zeros_like(send), MPI.MAX),
+                lambda: PLAIN.Allreduce(send, np.zeros_like(send), MPI.MAX),
+                "MAX on complex")
+    flags = np.ones(N, np.bool_)
+    _same_error(lambda: comm.Allreduce(flags, np.zeros_like(flags), MPI.SUM),
+                lambda: PLAIN.Allreduce(flags, np.zeros_like(flags), MPI.SUM),
+                "SUM on bool")
+
+
+def test_unsupported_type_passes_through(comm):
+    """long double and MINLOC pairs are not the pool's: stock results."""
+    send = make_data(np.float64, N, 35).astype(np.longdouble)
+    want = np.zeros_like(send)
+    got = np.zeros_like(send)
+    PLAIN.Allreduce(send, want)
+    comm.Allreduce(send, got)
+    agree(np.allclose(got, want), "long double")
+    pairs = np.zeros(N, dtype=[("v", "f8"), ("i", "i4")])
+    pairs["v"] = make_data(np.float64, N, 36)
+    pairs["i"] = RANK
+    want = np.zeros_like(pairs)
+    got = np.zeros_like(pairs)
+    PLAIN.Allreduce([pairs, MPI.DOUBLE_INT], [want, MPI.DOUBLE_INT], MPI.MAXLOC)
+    comm.Allreduce([pairs, MPI.DOUBLE_INT], [got, MPI.DOUBLE_INT], MPI.MAXLOC)
+    agree(np.array_equal(got, want), "MAXLOC")
+
+
+def test_user_op_passes_through(comm):
+    op = MPI.Op.Create(lambda a, b, t: np.add(np.frombuffer(a), np.frombuffer(b),
+                                              out=np.frombuffer(b)), commute=True)
+    try:
+        send = make_data(np.float64, N, 37)
+        want, got = np.zeros(N), np.zeros(N)
+        PLAIN.Allreduce(send, want, op)
+        comm.Allreduce(send, got, op)
+        agree(np.allclose(got, want), "user op")
+    finally:
+        op.Free()
+
+
+def test_count_beyond_buffer_is_refused(comm):
+    """Stock would read/write past the buffer; cxlmpi refuses (all ranks)."""
+    count = counts_for(np.float64)[-1]
+    send = make_data(np.float64, count, 38)
+    recv = np.zeros(count + 16)
+    guard = recv[count:].copy()
+    try:
+        comm.Allreduce([send, count + 16, MPI.DOUBLE], [recv[:count], count + 16, MPI.DOUBLE])
+        raised = None
+    except ValueError as exc:
+        raised = exc
+    agree(raised is not None and "buffer holds" in str(raised), "count beyond buffer")
+    agree(np.array_equal(recv[count:], guard), "nothing written past the buffer")

@@ -1,0 +1,125 @@
+"""The wrapped communicator behaves like the Intracomm it wraps."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+from common import PLAIN, RANK, SIZE, agree, expect_flush, make_data
+from mpi4py import MPI
+
+import cxlmpi
+
+
+def test_wrap_is_intracomm(comm):
+    agree(isinstance(comm, MPI.Intracomm) and isinstance(comm, cxlmpi.CXLComm), "type")
+    agree(comm.Get_size() == SIZE and comm.Get_rank() == RANK, "size/rank")
+    agree(cxlmpi.wrap(comm) is comm, "wrapping twice is a no-op")
+    world = cxlmpi.wrap(MPI.COMM_WORLD)
+    agree(world == MPI.COMM_WORLD and world.handle == MPI.COMM_WORLD.handle, "same handle")
+    agree(MPI.Comm.Compare(world, PLAIN) == MPI.IDENT, "IDENT")
+
+
+def test_derived_communicators_are_wrapped(comm):
+    group = comm.Get_group()
+    made = {
+        "Dup": comm.Dup(),
+        "Clone": comm.Clone(),
+        "Split": comm.Split(RANK % 2, RANK),
+        "Split_type": comm.Split_type(MPI.COMM_TYPE_SHARED),
+        "Create": comm.Create(group),
+        "Create_group": comm.Create_group(group),
+    }
+    group.Free()
+    try:
+        for name, new in made.items():
+            agree(isinstance(new, cxlmpi.CXLComm), f"{name} wrapped")
+            data = make_data(np.float64, 2000, 20)
+            want = np.zeros_like(data)
+            plain = MPI.Intracomm(new)
+            plain.Allreduce(data, want)
+            got = np.zeros_like(data)
+            new.Allreduce(data, got)
+            agree(np.allclose(got, want), f"{name} Allreduce")
+    finally:
+        for new in made.values():
+            new.Free()
+    agree(all(new == MPI.COMM_NULL for new in made.values()), "Free nulls them")
+
+
+def test_split_undefined_gives_null(comm):
+    new = comm.Split(MPI.UNDEFINED if RANK == 0 else 1, RANK)
+    agree((new == MPI.COMM_NULL) == (RANK == 0), "UNDEFINED color")
+    if new != MPI.COMM_NULL:
+        new.Free()
+
+
+def test_free_releases_pool(comm):
+    from cxlmpi._shim import states
+
+    dup = comm.Dup()
+    data = make_data(np.float64, 5000, 21)
+    out = np.zeros_like(data)
+    dup.Allreduce(data, out)
+    handle = dup.handle
+    had_state = handle in states
+    dup.Free()
+    agree(handle not in states and (had_state or SIZE == 1), "state released on Free")
+
+
+def test_free_by_plain_object_releases_pool(comm):
+    """Freed through an unwrapped object: the MPI attribute cleans up."""
+    from cxlmpi._shim import states
+
+    dup = comm.Dup()
+    data = make_data(np.float64, 5000, 22)
+    dup.Allreduce(data, np.zeros_like(data))
+    handle = dup.handle
+    MPI.Intracomm(dup).Free()
+    agree(handle not in states, "state released")
+
+
+def test_constants_behave_like_stock():
+    cxlmpi.patch()
+    try:
+        world, self_ = MPI.COMM_WORLD, MPI.COMM_SELF
+        agree(isinstance(world, cxlmpi.CXLComm) and cxlmpi.is_patched(), "patched")
+        agree(world == PLAIN and self_.Get_size() == 1, "compare equal")
+        agree(pickle.loads(pickle.dumps(world)) is world, "pickle world")
+        agree(pickle.loads(pickle.dumps(self_)) is self_, "pickle self")
+        world.free()  # a no-op on the predefined world, as in stock
+        agree(world.handle == PLAIN.handle, "free() keeps the world")
+        try:
+            world.Free()
+            raised = False
+        except MPI.Exception:
+            raised = True
+        agree(raised and world == PLAIN, "Free() on the world raises as stock")
+        again = cxlmpi.CXLComm.fromhandle(world.handle)
+        agree(isinstance(again, cxlmpi.CXLComm) and again == world, "fromhandle")
+        from mpi4py.MPI import COMM_WORLD as imported
+        agree(imported is world, "from-import sees the wrapped world")
+    finally:
+        cxlmpi.unpatch()
+    agree(not cxlmpi.is_patched() and type(MPI.COMM_WORLD) is MPI.Intracomm, "unpatched")
+
+
+def test_intercomm_unwrapped():
+    if SIZE < 2:
+        return
+    half = PLAIN.Split(RANK % 2, RANK)
+    inter = half.Create_intercomm(0, PLAIN, 1 - RANK % 2 if SIZE > 1 else 0)
+    try:
+        agree(cxlmpi.wrap(inter) is inter, "intercomm passes through wrap")
+    finally:
+        inter.Free()
+        half.Free()
+
+
+def test_stats_and_flush_counter(comm):
+    s = cxlmpi.stats()
+    for name in ("allreduce", "bcast", "reduce"):
+        row = s.get(name, {})
+        agree(set(row) >= {"pool_calls", "passthrough_calls", "nbytes", "seconds"}, name)
+    if expect_flush() and SIZE > 1:
+        agree(s["coherence"]["flushed_lines"] > 0, "sw coherence flushed lines")
