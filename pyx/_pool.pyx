@@ -26,7 +26,6 @@ its name, which the caller distributes.
 """
 
 from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t
-from libc.string cimport memset
 from libc.errno cimport errno
 from posix.unistd cimport getpid, close, ftruncate, getuid
 from posix.mman cimport (shm_open, shm_unlink, mmap, munmap, PROT_READ,
@@ -482,18 +481,21 @@ cdef class Pool:
     property timeout_s:
         def __get__(self):
             return self.st.timeout_s
+
         def __set__(self, double value):
             self.st.timeout_s = value
 
     property spin:
         def __get__(self):
             return bool(self.st.spin)
+
         def __set__(self, bint value):
             self.st.spin = value
 
     property software_coherence:
         def __get__(self):
             return bool(self.st.sw)
+
         def __set__(self, bint value):
             self.st.sw = value
 

