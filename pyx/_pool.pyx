@@ -216,13 +216,21 @@ cdef int alg_bcast(state_t *st, char *buf, size_t nbytes, int root,
 
 
 cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
-                     size_t count, uint64_t step) noexcept nogil:
-    """dst = x0 op x1 op ... op x(p-1), left to right in rank order, reading
-    `count` elements at byte `offset` of every rank's half of `step`."""
+                     size_t count, uint64_t step, const char *mine) noexcept nogil:
+    """dst = x0 op x1 op ... op x(p-1), left to right in rank order, from
+    `count` elements at byte `offset` of every rank's half of `step`; this
+    rank's own x is read from `mine` instead when it is not NULL (its private
+    buffer: one copy fewer).  The same order on every rank and for every
+    slice: every rank gets bit-identical results."""
     cdef int q
-    fn(dst, half_ptr(st, 0, step) + offset, half_ptr(st, 1, step) + offset, count)
+    cdef const char *a
+    cdef const char *b
+    a = mine if (st.rank == 0 and mine != NULL) else half_ptr(st, 0, step) + offset
+    b = mine if (st.rank == 1 and mine != NULL) else half_ptr(st, 1, step) + offset
+    fn(dst, a, b, count)
     for q in range(2, st.size):
-        fn(dst, dst, half_ptr(st, q, step) + offset, count)
+        b = mine if (st.rank == q and mine != NULL) else half_ptr(st, q, step) + offset
+        fn(dst, dst, b, count)
 
 
 cdef void invalidate_all(state_t *st, size_t offset, size_t nbytes,
@@ -234,14 +242,25 @@ cdef void invalidate_all(state_t *st, size_t offset, size_t nbytes,
                 cxl_flush(half_ptr(st, q, step) + offset, nbytes, 1)
 
 
+cdef inline const char *own_source(state_t *st, const char *sendbuf,
+                                   const char *dst) noexcept nogil:
+    """This rank's contribution may be read straight from its send buffer,
+    unless the result overwrites it before the fold reaches it (in place,
+    rank >= 2: dst = x0 op x1 is written first)."""
+    if sendbuf == dst and st.rank >= 2:
+        return NULL
+    return sendbuf
+
+
 cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
                           size_t count, size_t itemsize, cxl_reduce_fn fn,
                           int root, size_t chunk) noexcept nogil:
     """Every rank publishes its contribution; the root (every rank when
-    root < 0) reduces all of them.  For messages of a few chunks at most."""
+    root < 0) reduces all of them straight into its receive buffer."""
     cdef size_t per_step = chunk // itemsize
     cdef size_t done = 0, n
     cdef char *mine
+    cdef char *dst
     cdef int rc
     while done < count:
         n = count - done if count - done < per_step else per_step
@@ -252,8 +271,10 @@ cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
         if rc != OK:
             return rc
         if root < 0 or root == st.rank:
+            dst = recvbuf + done * itemsize
             invalidate_all(st, 0, n * itemsize, st.step)
-            reduce_all(st, fn, recvbuf + done * itemsize, 0, n, st.step)
+            reduce_all(st, fn, dst, 0, n, st.step,
+                       own_source(st, sendbuf + done * itemsize, dst))
         done += n
     return OK
 
@@ -263,10 +284,12 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
                          int root, size_t chunk) noexcept nogil:
     """Reduce-scatter then allgather (or gather to the root), pipelined.
 
-    Chunk k is published at step s; right after the wait every rank reduces
-    its 1/p slice of chunk k straight into its other half (the half of step
-    s + 1, free by then), next to chunk k + 1's input.  At step s + 1 every
-    rank (the root only, for Reduce) copies all slices of chunk k out."""
+    Chunk k is published at step s (all of it but this rank's own slice,
+    which only this rank reads, straight from its send buffer); right after
+    the wait every rank reduces its 1/p slice of chunk k into its other half
+    (the half of step s + 1, free by then), next to chunk k + 1's input.  At
+    step s + 1 every rank (the root only, for Reduce) copies all slices of
+    chunk k out."""
     cdef size_t per_step = chunk // itemsize
     cdef size_t out_offset = per_step * itemsize
     cdef size_t nchunks = (count + per_step - 1) // per_step
@@ -275,12 +298,17 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
     cdef int q, p = st.size, rc
     cdef char *mine
     cdef char *out
+    cdef const char *src
     for k in range(nchunks + 1):
         mine = half_ptr(st, st.rank, st.step + 1)
         n = 0
         if k < nchunks:
             n = count - done if count - done < per_step else per_step
-            cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
+            src = sendbuf + done * itemsize
+            lo = n * st.rank // p
+            hi = n * (st.rank + 1) // p
+            cxl_copy(mine, src, lo * itemsize)
+            cxl_copy(mine + hi * itemsize, src + hi * itemsize, (n - hi) * itemsize)
             wrote(st, mine, n * itemsize)
         rc = step_all(st)
         if rc != OK:
@@ -300,7 +328,8 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
             hi = n * (st.rank + 1) // p
             out = half_ptr(st, st.rank, st.step + 1) + out_offset
             invalidate_all(st, lo * itemsize, (hi - lo) * itemsize, st.step)
-            reduce_all(st, fn, out, lo * itemsize, hi - lo, st.step)
+            reduce_all(st, fn, out, lo * itemsize, hi - lo, st.step,
+                       sendbuf + (done + lo) * itemsize)
             wrote(st, out, (hi - lo) * itemsize)
         prev_n = n
         prev_done = done
@@ -553,7 +582,11 @@ cdef class Pool:
         cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
         if fn == NULL:
             raise ValueError(f"op {op} is not defined for type {tcode}")
-        cdef bint rsag = count * itemsize >= self.rsag_min_nbytes and count >= <size_t>self.st.size
+        # Two ranks move the same bytes across cores either way, and the
+        # everyone-reduces-all algorithm takes one step per chunk instead of
+        # two: reduce-scatter + allgather pays from three ranks on.
+        cdef bint rsag = (self.st.size >= 3 and count >= <size_t>self.st.size
+                          and count * itemsize >= self.rsag_min_nbytes)
         cdef size_t chunk = self._chunk(itemsize, rsag)
         cdef int rc
         with nogil:
