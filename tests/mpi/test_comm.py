@@ -123,3 +123,35 @@ def test_stats_and_flush_counter(comm):
         agree(set(row) >= {"pool_calls", "passthrough_calls", "nbytes", "seconds"}, name)
     if expect_flush() and SIZE > 1:
         agree(s["coherence"]["flushed_lines"] > 0, "sw coherence flushed lines")
+
+
+def test_timeout_names_missing_ranks(comm):
+    """A rank that never arrives: the others raise CXLMPITimeoutError naming
+    the collective and that rank, instead of hanging."""
+    from cxlmpi._shim import states
+
+    if SIZE < 2:
+        return
+    dup = comm.Dup()
+    data = make_data(np.float64, 4096, 40)
+    dup.Allreduce(MPI.IN_PLACE, data)  # sets the pool up
+    states[dup.handle].pool.timeout_s = 0.5
+    err = None
+    if RANK != SIZE - 1:
+        try:
+            dup.Allreduce(MPI.IN_PLACE, data)
+        except cxlmpi.CXLMPITimeoutError as exc:
+            err = exc
+    ok = RANK == SIZE - 1 or (err is not None and f"[{SIZE - 1}]" in str(err)
+                              and "Allreduce" in str(err))
+    agree(ok, f"timeout error: {err}")
+    if RANK != SIZE - 1:  # the communicator's pool stays unusable, clearly
+        try:
+            dup.Bcast(data, 0)
+            again = None
+        except cxlmpi.CXLMPITimeoutError as exc:
+            again = exc
+        agree(again is err, "later pool calls re-raise")
+    else:
+        agree(True)  # the partner of the check above: agree() is collective
+    dup.Free()
