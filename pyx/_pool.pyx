@@ -215,22 +215,39 @@ cdef int alg_bcast(state_t *st, char *buf, size_t nbytes, int root,
     return OK
 
 
+DEF BLOCK_NBYTES = 8192  # reduce block: the running result stays in L1
+
+
 cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
-                     size_t count, uint64_t step, const char *mine) noexcept nogil:
+                     size_t count, size_t itemsize, uint64_t step,
+                     const char *mine, char *dst2) noexcept nogil:
     """dst = x0 op x1 op ... op x(p-1), left to right in rank order, from
     `count` elements at byte `offset` of every rank's half of `step`; this
     rank's own x is read from `mine` instead when it is not NULL (its private
-    buffer: one copy fewer).  The same order on every rank and for every
-    slice: every rank gets bit-identical results."""
+    buffer: one copy fewer).  Block by block, so that the running result
+    stays in L1 across the p - 1 folds and, when `dst2` is not NULL, is
+    copied there while still hot.  The same order on every rank and for
+    every slice: every rank gets bit-identical results."""
     cdef int q
+    cdef size_t block = BLOCK_NBYTES // itemsize if BLOCK_NBYTES > itemsize else 1
+    cdef size_t done = 0, n, off
     cdef const char *a
     cdef const char *b
-    a = mine if (st.rank == 0 and mine != NULL) else half_ptr(st, 0, step) + offset
-    b = mine if (st.rank == 1 and mine != NULL) else half_ptr(st, 1, step) + offset
-    fn(dst, a, b, count)
-    for q in range(2, st.size):
-        b = mine if (st.rank == q and mine != NULL) else half_ptr(st, q, step) + offset
-        fn(dst, dst, b, count)
+    while done < count:
+        n = count - done if count - done < block else block
+        off = done * itemsize
+        a = (mine + off) if (st.rank == 0 and mine != NULL) \
+            else half_ptr(st, 0, step) + offset + off
+        b = (mine + off) if (st.rank == 1 and mine != NULL) \
+            else half_ptr(st, 1, step) + offset + off
+        fn(dst + off, a, b, n)
+        for q in range(2, st.size):
+            b = (mine + off) if (st.rank == q and mine != NULL) \
+                else half_ptr(st, q, step) + offset + off
+            fn(dst + off, dst + off, b, n)
+        if dst2 != NULL:
+            cxl_copy(dst2 + off, dst + off, n * itemsize)
+        done += n
 
 
 cdef void invalidate_all(state_t *st, size_t offset, size_t nbytes,
@@ -273,8 +290,8 @@ cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
         if root < 0 or root == st.rank:
             dst = recvbuf + done * itemsize
             invalidate_all(st, 0, n * itemsize, st.step)
-            reduce_all(st, fn, dst, 0, n, st.step,
-                       own_source(st, sendbuf + done * itemsize, dst))
+            reduce_all(st, fn, dst, 0, n, itemsize, st.step,
+                       own_source(st, sendbuf + done * itemsize, dst), NULL)
         done += n
     return OK
 
@@ -287,9 +304,10 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
     Chunk k is published at step s (all of it but this rank's own slice,
     which only this rank reads, straight from its send buffer); right after
     the wait every rank reduces its 1/p slice of chunk k into its other half
-    (the half of step s + 1, free by then), next to chunk k + 1's input.  At
-    step s + 1 every rank (the root only, for Reduce) copies all slices of
-    chunk k out."""
+    (the half of step s + 1, free by then), next to chunk k + 1's input, and
+    into its own receive buffer while the block is hot.  At step s + 1 every
+    rank (the root only, for Reduce) copies the other ranks' slices of chunk
+    k out."""
     cdef size_t per_step = chunk // itemsize
     cdef size_t out_offset = per_step * itemsize
     cdef size_t nchunks = (count + per_step - 1) // per_step
@@ -314,13 +332,15 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
         if rc != OK:
             return rc
         if k > 0 and (root < 0 or root == st.rank):
-            # chunk k-1: slice q lives in rank q's half of this step
+            # chunk k-1: slice q lives in rank q's half of this step (this
+            # rank's own slice is in its receive buffer already)
             for q in range(p):
+                if q == st.rank:
+                    continue
                 lo = prev_n * q // p
                 hi = prev_n * (q + 1) // p
                 out = half_ptr(st, q, st.step) + out_offset
-                if q != st.rank:
-                    will_read(st, out, (hi - lo) * itemsize)
+                will_read(st, out, (hi - lo) * itemsize)
                 cxl_copy(recvbuf + (prev_done + lo) * itemsize, out,
                          (hi - lo) * itemsize)
         if k < nchunks:
@@ -328,8 +348,10 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
             hi = n * (st.rank + 1) // p
             out = half_ptr(st, st.rank, st.step + 1) + out_offset
             invalidate_all(st, lo * itemsize, (hi - lo) * itemsize, st.step)
-            reduce_all(st, fn, out, lo * itemsize, hi - lo, st.step,
-                       sendbuf + (done + lo) * itemsize)
+            reduce_all(st, fn, out, lo * itemsize, hi - lo, itemsize, st.step,
+                       sendbuf + (done + lo) * itemsize,
+                       recvbuf + (done + lo) * itemsize
+                       if (root < 0 or root == st.rank) else NULL)
             wrote(st, out, (hi - lo) * itemsize)
         prev_n = n
         prev_done = done
@@ -356,6 +378,7 @@ cdef class Pool:
     cdef readonly bint unlinked
     cdef public size_t chunk_nbytes
     cdef public size_t rsag_min_nbytes
+    cdef public int rsag_min_ranks
 
     def __cinit__(self):
         self.st.base = NULL
@@ -469,6 +492,7 @@ cdef class Pool:
         self.st.timeout_s = 0
         self.chunk_nbytes = h.half_nbytes
         self.rsag_min_nbytes = 0
+        self.rsag_min_ranks = 3
         cdef uint64_t *line = seq_ptr(&self.st, rank)
         (<int64_t *>line)[1] = getpid()
         cxl_store_release(line, 0)
@@ -585,7 +609,8 @@ cdef class Pool:
         # Two ranks move the same bytes across cores either way, and the
         # everyone-reduces-all algorithm takes one step per chunk instead of
         # two: reduce-scatter + allgather pays from three ranks on.
-        cdef bint rsag = (self.st.size >= 3 and count >= <size_t>self.st.size
+        cdef bint rsag = (self.st.size >= self.rsag_min_ranks
+                          and count >= <size_t>self.st.size
                           and count * itemsize >= self.rsag_min_nbytes)
         cdef size_t chunk = self._chunk(itemsize, rsag)
         cdef int rc
