@@ -111,19 +111,66 @@ def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
     raise AssertionError  # unreachable
 
 
-def _abort(exc: BaseException) -> None:
-    """Print the traceback and abort every rank of the job."""
-    import traceback
+def _drain_output(timeout_s: float = 2.0) -> None:
+    """Wait (briefly) until the launcher has read what this rank wrote to
+    stdout and stderr: MPI_Abort may otherwise end the job before the
+    traceback is forwarded."""
+    import fcntl
+    import struct
+    import termios
+    import time
 
-    traceback.print_exception(type(exc), exc, exc.__traceback__)
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    for fd in (1, 2):
+        while time.monotonic() < deadline:
+            try:
+                raw = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            except OSError:
+                break  # not a pipe or socket: nothing to wait for
+            if struct.unpack("i", raw)[0] == 0:
+                break
+            time.sleep(0.005)
+
+
+def _abort(code: int, exc: BaseException | None = None) -> None:
+    """Print the traceback (if any) and abort every rank of the job."""
+    if exc is not None:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    _drain_output()
     try:
         from mpi4py import MPI
 
         if MPI.Is_initialized() and not MPI.Is_finalized():
-            MPI.COMM_WORLD.Abort(1)
+            MPI.COMM_WORLD.Abort(code)
     finally:
-        os._exit(1)
+        os._exit(code)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status `sys.exit(x)` asks for, as Python computes it."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    sys.stderr.write(f"{exc.code}\n")
+    return 1
+
+
+def _run_source(source: str, filename: str) -> None:
+    """Run code as the __main__ module (so its classes pickle by name)."""
+    import types
+
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = module
+    exec(compile(source, filename, "exec"), module.__dict__)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,8 +180,13 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     kind, target, args = _parse(argv)
     from . import config
+    from .errors import CXLMPIConfigError
 
-    config.reload()
+    try:
+        config.reload()
+    except CXLMPIConfigError as exc:
+        sys.stderr.write(f"python -m cxlmpi: {exc}\n")
+        sys.exit(2)
     if kind == "info":
         print(info())
         return
@@ -153,19 +205,19 @@ def main(argv: list[str] | None = None) -> None:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         elif kind == "-c":
             sys.argv = ["-c", *args]
-            exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+            sys.path.insert(0, "")
+            _run_source(target, "<string>")
         else:
             sys.argv = ["-", *args]
-            source = sys.stdin.read()
-            exec(compile(source, "<stdin>", "exec"), {"__name__": "__main__"})
+            sys.path.insert(0, "")
+            _run_source(sys.stdin.read(), "<stdin>")
     except SystemExit as exc:
-        if exc.code not in (None, 0):
-            _abort(exc)
+        code = _exit_code(exc)
+        if code != 0:
+            _abort(code)
         raise
-    except KeyboardInterrupt as exc:
-        _abort(exc)
     except BaseException as exc:  # noqa: BLE001 - any error aborts the job
-        _abort(exc)
+        _abort(1, exc)
 
 
 if __name__ == "__main__":

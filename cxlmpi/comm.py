@@ -80,7 +80,6 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
 
 
 _shim.bind(_state_for, _fail)
-config.get()
 
 
 class CXLComm(_shim.CommBase):

@@ -8,6 +8,7 @@ rank of a job must see the same values: the pool path is chosen from them.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,17 +21,15 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 
 
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMG]?I?B?)$")
+
+
 def parse_size(text: str) -> int:
     """Bytes from '65536', '64K', '64KiB', '16M', '1G' (powers of two)."""
-    s = text.strip().upper().replace(" ", "")
-    digits = s.rstrip("KMGIB")
-    unit = s[len(digits):]
-    if not digits or unit not in _UNITS:
+    m = _SIZE.match(text.strip().upper())
+    if m is None or m.group(2) not in _UNITS:
         raise ValueError(f"not a size: {text!r} (use e.g. 65536, 64K, 16M, 1G)")
-    value = int(float(digits) * _UNITS[unit])
-    if value < 0:
-        raise ValueError(f"negative size: {text!r}")
-    return value
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def _parse_bool(text: str) -> bool:

@@ -63,13 +63,24 @@ cdef object _stock_allreduce = MPI.Intracomm.Allreduce
 
 cdef Py_ssize_t threshold = 4096
 cdef bint disabled = False
+cdef bint configured = False
 
 
 def configure(cfg):
     """Take the settings the hot path needs (called by cxlmpi.config)."""
-    global threshold, disabled
+    global threshold, disabled, configured
     threshold = cfg.threshold
     disabled = cfg.disable
+    configured = True
+
+
+cdef inline int ensure_configured() except -1:
+    # The settings are read on the first intercepted call, not at import,
+    # so that a malformed variable is reported where it matters, once.
+    if not configured:
+        from . import config
+        config.get()
+    return 0
 
 
 # ------------------------------------------------------------------ stats
@@ -380,6 +391,7 @@ class CommBase(_Intracomm):
     def Barrier(self):
         """Barrier synchronization (in the pool once the pool exists)."""
         cdef double t0 = now()
+        ensure_configured()
         state = _states.get(self.handle)
         if disabled or state is None or state.pool is None:
             _stock_barrier(self)
@@ -394,6 +406,7 @@ class CommBase(_Intracomm):
     def Bcast(self, buf, int root=0):
         """Broadcast data from one process to all other processes."""
         cdef double t0 = now()
+        ensure_configured()
         cdef Message msg = None
         if not disabled and not small(buf) and 0 <= root < self.Get_size():
             msg = parse(buf, root != self.Get_rank())
@@ -413,6 +426,7 @@ class CommBase(_Intracomm):
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         """Reduce to root."""
         cdef double t0 = now()
+        ensure_configured()
         cdef Message send, recv
         plan = None
         if 0 <= root < self.Get_size():
@@ -433,6 +447,7 @@ class CommBase(_Intracomm):
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """Reduce to all."""
         cdef double t0 = now()
+        ensure_configured()
         cdef Message send, recv
         plan = plan_reduce(sendbuf, recvbuf, op, True)
         pool = pool_of(self) if plan is not None else None

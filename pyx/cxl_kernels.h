@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+#include <stdio.h>
 #include <complex.h>
 #include <sched.h>
 #include <time.h>
@@ -116,11 +117,22 @@ static inline double cxl_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Is process `pid` gone?  Only meaningful for peers on this host. */
+/* Is process `pid` gone (exited, or a zombie nobody has reaped yet)?  Only
+ * meaningful for peers on this host; called every 10 ms at most. */
 static inline int cxl_pid_gone(int64_t pid)
 {
+    char path[64], buf[512];
     if (pid <= 0) return 0;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');  /* comm may hold spaces */
+    if (!close_paren || close_paren[1] != ' ') return 0;
+    return close_paren[2] == 'Z' || close_paren[2] == 'X';
 }
 
 /* Wait policy state: spin with pause, then sched_yield, then short sleeps. */

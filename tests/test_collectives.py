@@ -7,7 +7,7 @@ data; a failure on any rank fails every rank (see tests/mpi/common.py).
 from __future__ import annotations
 
 import pytest
-from conftest import SMALL_POOL_ENV, our_segments, run_mpi
+from harness import SMALL_POOL_ENV, our_segments, run_mpi
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])

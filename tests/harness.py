@@ -1,0 +1,192 @@
+"""Helpers of the driver tests (plain pytest, one process): launching MPI
+jobs and looking at /dev/shm."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Test-sized pool: tiny slots and chunks so that small arrays exercise the
+# pool path, multi-chunk pipelining and messages larger than a slot.
+SMALL_POOL_ENV = {
+    "CXLMPI_POOL_SIZE": "256K",
+    "CXLMPI_CHUNK_SIZE": "4K",
+    "CXLMPI_THRESHOLD": "64",
+    "CXLMPI_RSAG_THRESHOLD": "1K",
+    "CXLMPI_TIMEOUT": "60",
+}
+
+
+def mpiexec() -> list[str]:
+    """The launcher: $MPIEXEC, else mpiexec next to this Python, else PATH."""
+    cmd = os.environ.get("MPIEXEC")
+    if cmd:
+        return cmd.split()
+    local = Path(sys.executable).parent / "mpiexec"
+    found = str(local) if local.exists() else shutil.which("mpiexec")
+    if found is None:
+        pytest.skip("no mpiexec found")
+    args = [found]
+    if os.environ.get("CXLMPI_TEST_OPENMPI"):
+        args += ["--oversubscribe"]
+    return args
+
+
+def run_mpi(nranks: int, args: list[str], env: dict[str, str] | None = None,
+            timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `python args...` on `nranks` ranks; fail with the output if it fails."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if env:
+        full_env.update(env)
+    cmd = [*mpiexec(), "-n", str(nranks), sys.executable, *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\n"
+                    f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def our_segments() -> list[str]:
+    """cxlmpi's segments currently in /dev/shm."""
+    try:
+        return sorted(n for n in os.listdir("/dev/shm") if n.startswith("cxlmpi-"))
+    except FileNotFoundError:
+        return []
+
+
+# ---------------------------------------------------------------------------
+# Jobs that are expected to fail or could hang (tests/test_runner.py)
+
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+@dataclasses.dataclass
+class MPIJob:
+    """The outcome of `launch_mpi`: `returncode` is None when the job was still
+    running at the timeout and had to be killed."""
+
+    cmd: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+    def describe(self) -> str:
+        """Everything about the run, for assertion messages."""
+        status = "timed out" if self.timed_out else f"exited {self.returncode}"
+        return (f"{' '.join(self.cmd)} {status} after {self.seconds:.1f} s\n"
+                f"--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-6000:]}")
+
+
+def mpi_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `run_mpi` gives its jobs, plus `env`."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if env:
+        full_env.update(env)
+    return full_env
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids of every live descendant of `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def launch_mpi(nranks: int, args: list[str], env: dict[str, str] | None = None,
+               timeout: float = 60, launcher_args: list[str] | None = None) -> MPIJob:
+    """Run `python args...` on `nranks` ranks and return how it ended, never
+    raising: for jobs that must fail, and jobs that might hang.
+
+    Output goes to files, not pipes, so that a rank outliving the launcher
+    cannot block the test; at the timeout the launcher gets SIGTERM (hydra and
+    mpirun then kill their ranks) and, 10 s later, the launcher and every
+    process it started that is still there get SIGKILL."""
+    cmd = [*mpiexec(), *(launcher_args or []), "-n", str(nranks), sys.executable, *args]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(env), stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, text=True)
+        try:
+            returncode: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            returncode = None
+            started = _descendants(proc.pid)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pid in started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        seconds = time.monotonic() - t0
+        out.seek(0)
+        err.seek(0)
+        return MPIJob(cmd, returncode, out.read(), err.read(), seconds)
+
+
+def segment_creator(name: str) -> int:
+    """Process id in a segment name (cxlmpi-<uid>-<pid>-<token>), or -1."""
+    parts = name.split("-")
+    return int(parts[2]) if len(parts) == 4 and parts[2].isdigit() else -1
+
+
+def leaked_segments(before: list[str]) -> list[str]:
+    """cxlmpi segments that appeared since `before` and whose creator has
+    exited: leaked ones.  (A segment of some other job still running on this
+    machine exists for a moment, between its creation and its unlinking, while
+    its creator lives; it is not counted.)"""
+    def alive(pid: int) -> bool:
+        if pid <= 0:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return [n for n in our_segments()
+            if n not in before and not alive(segment_creator(n))]
