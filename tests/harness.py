@@ -141,6 +141,7 @@ def launch_mpi(nranks: int, args: list[str], env: dict[str, str] | None = None,
     mpirun then kill their ranks) and, 10 s later, the launcher and every
     process it started that is still there get SIGKILL."""
     cmd = [*mpiexec(), *(launcher_args or []), "-n", str(nranks), sys.executable, *args]
+    shm_before = _shm_names()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(env), stdin=subprocess.DEVNULL,
@@ -162,9 +163,33 @@ def launch_mpi(nranks: int, args: list[str], env: dict[str, str] | None = None,
                 except ProcessLookupError:
                     pass
         seconds = time.monotonic() - t0
+        _remove_mpi_leftovers(shm_before)
         out.seek(0)
         err.seek(0)
         return MPIJob(cmd, returncode, out.read(), err.read(), seconds)
+
+
+# MPICH and Open MPI leave their own shared-memory segments behind when a
+# job is aborted or killed; the failure tests abort jobs on purpose, so they
+# remove what the MPI library of such a job left (never cxlmpi's own: the
+# tests check that none of those remain).
+_MPI_SEGMENT_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def _remove_mpi_leftovers(before: set[str]) -> None:
+    for name in _shm_names() - before:
+        if name.startswith(_MPI_SEGMENT_PREFIXES):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
 
 
 def segment_creator(name: str) -> int:
