@@ -87,6 +87,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CXLMPI_THRESHOLD", parse_size, "4K",
              "Smallest message (bytes) that goes through the pool; smaller "
              "ones pass through to MPI."),
+    Variable("CXLMPI_BCAST_THRESHOLD", parse_size, "256K",
+             "Smallest Bcast (bytes) that goes through the pool: below it "
+             "MPI's own single-copy broadcast is as fast (measured)."),
     Variable("CXLMPI_CHUNK_SIZE", parse_size, "256K",
              "Bytes each rank publishes per pipeline step."),
     Variable("CXLMPI_RSAG_THRESHOLD", parse_size, "64K",
@@ -111,6 +114,7 @@ class Config:
     pool: str
     pool_size: int
     threshold: int
+    bcast_threshold: int
     chunk_size: int
     rsag_threshold: int
     timeout: float

@@ -11,7 +11,9 @@ def stats() -> dict[str, dict[str, float]]:
     """Figures of this process, keyed by lower-case collective name.
 
     Each entry: ``pool_calls``, ``passthrough_calls``, ``nbytes`` (bytes moved
-    through the pool) and ``seconds`` (time in the call, both paths).  The
+    through the pool) and ``seconds`` (time in pool calls; with
+    CXLMPI_STATS=1 in passed-through calls too -- timing those costs two
+    clock reads per small call, so it is left off otherwise).  The
     entry ``"coherence"`` counts ``flushed_lines`` (software coherence)."""
     from ._pool import flushed_lines
     from ._shim import stats_rows

@@ -62,15 +62,21 @@ cdef object _stock_allreduce = MPI.Intracomm.Allreduce
 # --------------------------------------------------------------- settings
 
 cdef Py_ssize_t threshold = 4096
+cdef Py_ssize_t bcast_threshold = 262144
 cdef bint disabled = False
 cdef bint configured = False
+# Time passed-through calls too (CXLMPI_STATS=1); otherwise only pool calls
+# are timed, which keeps two clock reads off the small-message path.
+cdef bint time_all = False
 
 
 def configure(cfg):
     """Take the settings the hot path needs (called by cxlmpi.config)."""
-    global threshold, disabled, configured
+    global threshold, bcast_threshold, disabled, configured, time_all
     threshold = cfg.threshold
+    bcast_threshold = max(cfg.threshold, cfg.bcast_threshold)
     disabled = cfg.disable
+    time_all = cfg.stats
     configured = True
 
 
@@ -103,12 +109,19 @@ cdef inline double now() noexcept nogil:
     return ts.tv_sec + 1e-9 * ts.tv_nsec
 
 
-cdef inline void record(int which, bint pool, double nbytes, double t0) noexcept:
-    if pool:
-        stat_pool[which] += 1
-        stat_bytes[which] += nbytes
-    else:
-        stat_pass[which] += 1
+cdef inline double start() noexcept:
+    return now() if time_all else 0.0
+
+
+cdef inline void passed(int which, double t0) noexcept:
+    stat_pass[which] += 1
+    if time_all:
+        stat_seconds[which] += now() - t0
+
+
+cdef inline void pooled(int which, double nbytes, double t0) noexcept:
+    stat_pool[which] += 1
+    stat_bytes[which] += nbytes
     stat_seconds[which] += now() - t0
 
 
@@ -302,7 +315,7 @@ cpdef Message parse(object msg, bint writable):
     return m
 
 
-cdef inline bint small(object obj):
+cdef inline bint small(object obj, Py_ssize_t limit):
     # The commonest small message, a bare numpy array, decided without parsing.
     global _ndarray
     if _ndarray is None:
@@ -310,7 +323,7 @@ cdef inline bint small(object obj):
         if numpy is None:
             return False
         _ndarray = numpy.ndarray
-    return type(obj) is _ndarray and obj.nbytes < threshold
+    return type(obj) is _ndarray and obj.nbytes < limit
 
 
 cdef inline bint overlap(Message a, Message b):
@@ -356,7 +369,7 @@ cdef inline object plan_reduce(object sendbuf, object recvbuf, object op,
     """(send, recv, op code) when the pool can take this reduction; `send`
     stands for the receive buffer when sendbuf is IN_PLACE."""
     cdef Message send, recv = None
-    if disabled or small(recvbuf if receiving else sendbuf):
+    if disabled or small(recvbuf if receiving else sendbuf, threshold):
         return None
     opc = op_code(op)
     if opc is None:
@@ -390,43 +403,46 @@ class CommBase(_Intracomm):
 
     def Barrier(self):
         """Barrier synchronization (in the pool once the pool exists)."""
-        cdef double t0 = now()
         ensure_configured()
+        cdef double t0 = start()
         state = _states.get(self.handle)
         if disabled or state is None or state.pool is None:
             _stock_barrier(self)
-            record(BARRIER, False, 0, t0)
+            passed(BARRIER, t0)
             return
+        t0 = now()
         try:
             state.pool.barrier()
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
-        record(BARRIER, True, 0, t0)
+        pooled(BARRIER, 0, t0)
 
     def Bcast(self, buf, int root=0):
         """Broadcast data from one process to all other processes."""
-        cdef double t0 = now()
         ensure_configured()
+        cdef double t0 = start()
         cdef Message msg = None
-        if not disabled and not small(buf) and 0 <= root < self.Get_size():
+        if not disabled and not small(buf, bcast_threshold) and 0 <= root < self.Get_size():
             msg = parse(buf, root != self.Get_rank())
-            if msg is not None and msg.count * msg.itemsize < threshold:
+            if msg is not None and msg.count * msg.itemsize < bcast_threshold:
                 msg = None
         pool = pool_of(self) if msg is not None else None
         if pool is None:
             _stock_bcast(self, buf, root)
-            record(BCAST, False, 0, t0)
+            passed(BCAST, t0)
             return
+        if not time_all:
+            t0 = now()
         try:
             pool.bcast(msg.address, msg.count * msg.itemsize, root)
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
-        record(BCAST, True, msg.count * msg.itemsize, t0)
+        pooled(BCAST, msg.count * msg.itemsize, t0)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         """Reduce to root."""
-        cdef double t0 = now()
         ensure_configured()
+        cdef double t0 = start()
         cdef Message send, recv
         plan = None
         if 0 <= root < self.Get_size():
@@ -434,31 +450,35 @@ class CommBase(_Intracomm):
         pool = pool_of(self) if plan is not None else None
         if pool is None:
             _stock_reduce(self, sendbuf, recvbuf, op, root)
-            record(REDUCE, False, 0, t0)
+            passed(REDUCE, t0)
             return
         send, recv, opc = plan
+        if not time_all:
+            t0 = now()
         try:
             pool.reduce(send.address, recv.address if recv is not None else 0,
                         send.count, send.itemsize, opc, send.tcode, root)
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
-        record(REDUCE, True, send.count * send.itemsize, t0)
+        pooled(REDUCE, send.count * send.itemsize, t0)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """Reduce to all."""
-        cdef double t0 = now()
         ensure_configured()
+        cdef double t0 = start()
         cdef Message send, recv
         plan = plan_reduce(sendbuf, recvbuf, op, True)
         pool = pool_of(self) if plan is not None else None
         if pool is None:
             _stock_allreduce(self, sendbuf, recvbuf, op)
-            record(ALLREDUCE, False, 0, t0)
+            passed(ALLREDUCE, t0)
             return
         send, recv, opc = plan
+        if not time_all:
+            t0 = now()
         try:
             pool.reduce(send.address, recv.address, send.count, send.itemsize,
                         opc, send.tcode, -1)
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
-        record(ALLREDUCE, True, send.count * send.itemsize, t0)
+        pooled(ALLREDUCE, send.count * send.itemsize, t0)
