@@ -86,6 +86,8 @@ class CXLComm(_shim.CommBase):
     """An Intracomm on the same MPI handle whose large collectives go
     through the shared pool; usable anywhere an Intracomm is."""
 
+    __slots__ = ()
+
     # ------------------------------------------------------------ creation
 
     @classmethod
