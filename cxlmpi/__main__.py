@@ -36,6 +36,19 @@ _VALUE_OPTIONS = {
 }
 
 
+# Which calls the pool takes, and when (the same table as in the README).
+POOL_TABLE = (
+    ("Bcast", "message >= CXLMPI_BCAST_THRESHOLD"),
+    ("Reduce, Allreduce, Scan, Exscan", "message >= CXLMPI_THRESHOLD, predefined op"),
+    ("Reduce_scatter_block, Reduce_scatter", "total >= CXLMPI_THRESHOLD, predefined op, "
+     "recvcounts given"),
+    ("Allgather, Gather, Scatter, Alltoall", "total (all blocks) >= CXLMPI_THRESHOLD"),
+    ("Allgatherv", "total (sum of counts) >= CXLMPI_THRESHOLD"),
+    ("Gatherv, Scatterv, Alltoallv", "always (length agreed in the control lines)"),
+    ("Barrier", "once the communicator has a pool"),
+)
+
+
 def _usage(message: str | None = None) -> None:
     if message:
         sys.stderr.write(f"python -m cxlmpi: {message}\n")
@@ -62,16 +75,16 @@ def info() -> str:
         "",
         f"{'variable':<24} {'value':<12} {'default':<10} meaning",
     ]
-    env = cfg.as_dict()
     for var in config.VARIABLES:
         value = os.environ.get(var.name)
         shown = "(unset)" if value is None else value
         lines.append(f"{var.name:<24} {shown:<12} {var.default:<10} {var.doc}")
     lines.append("")
-    lines.append("pool path: Barrier (once a pool exists), Bcast, Reduce, "
-                 "Allreduce with contiguous predefined-type buffers of at "
-                 f"least {env['CXLMPI_THRESHOLD']} B on a one-node "
-                 "communicator; everything else passes through.")
+    lines.append("")
+    lines.append("through the pool (contiguous predefined-type buffers, one-node "
+                 "communicator; everything else passes through to MPI):")
+    for row in POOL_TABLE:
+        lines.append(f"  {row[0]:<38} {row[1]}")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ def format_table(figures: dict[str, dict[str, float]] | None = None,
     lines.append(f"{'collective':<12} {'pool':>8} {'passthru':>9} "
                  f"{'pool MiB':>10} {'seconds':>10}")
     for name, row in figures.items():
-        if "pool_calls" not in row:
+        if "pool_calls" not in row or not (row["pool_calls"] or row["passthrough_calls"]):
             continue
         lines.append(f"{name:<12} {row['pool_calls']:>8} "
                      f"{row['passthrough_calls']:>9} "

@@ -10,6 +10,8 @@ process may map it at a different address)::
                       rank r is the only writer of line r:
                         +0  seq   steps published by r (release-stored last)
                         +8  pid   r's process id, for the liveness check
+                        +16 value[2]  a number r publishes with a step
+                            (its byte count in a header step), by parity
     slot_offset       data slots: rank r owns two halves of half_nbytes each,
                       at slot_offset + (2*r + h) * half_nbytes
 
@@ -26,6 +28,7 @@ its name, which the caller distributes.
 """
 
 from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t
+from libc.stdlib cimport malloc, free
 from libc.errno cimport errno
 from posix.unistd cimport getpid, close, ftruncate, getuid
 from posix.mman cimport (shm_open, shm_unlink, mmap, munmap, PROT_READ,
@@ -359,6 +362,197 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
     return OK
 
 
+cdef inline uint64_t *value_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return seq_ptr(st, q) + 2 + (step & 1)
+
+
+cdef int agree_max(state_t *st, uint64_t mine, uint64_t *result) noexcept nogil:
+    """A header step: every rank publishes `mine`; all learn the maximum
+    (0 from any rank, meaning "not mine", makes the result 0)."""
+    cdef int q, rc
+    cdef uint64_t v, best = 0
+    cdef bint any_zero = mine == 0
+    value_ptr(st, st.rank, st.step + 1)[0] = mine
+    rc = step_all(st)
+    if rc != OK:
+        return rc
+    for q in range(st.size):
+        if st.sw and q != st.rank:
+            cxl_flush(value_ptr(st, q, st.step), 8, 1)
+        v = value_ptr(st, q, st.step)[0]
+        if v == 0:
+            any_zero = True
+        if v > best:
+            best = v
+    result[0] = 0 if any_zero else best
+    return OK
+
+
+cdef int alg_gather(state_t *st, const char *sendbuf, size_t send_nbytes,
+                    char **recv_addr, const size_t *recv_nbytes, int root,
+                    size_t nsteps, size_t chunk) noexcept nogil:
+    """Allgather(v) (root < 0) and Gather(v): every rank publishes its block,
+    `chunk` bytes a step, in its own half; every reader (every rank, or the
+    root) copies each peer's chunk to where that peer's block goes.  A
+    reader's own block is copied straight from its send buffer.  A reader
+    never copies more than it expects from a peer (`recv_nbytes`)."""
+    cdef size_t j, off, n
+    cdef int q, rc
+    cdef bint reader = root < 0 or root == st.rank
+    cdef char *mine
+    cdef const char *src
+    if reader and recv_addr[st.rank] != sendbuf:
+        cxl_copy(recv_addr[st.rank], sendbuf, min_size(send_nbytes, recv_nbytes[st.rank]))
+    for j in range(nsteps):
+        off = j * chunk
+        mine = half_ptr(st, st.rank, st.step + 1)
+        if off < send_nbytes:
+            n = min_size(chunk, send_nbytes - off)
+            cxl_copy(mine, sendbuf + off, n)
+            wrote(st, mine, n)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        if reader:
+            for q in range(st.size):
+                if q == st.rank or off >= recv_nbytes[q]:
+                    continue
+                n = min_size(chunk, recv_nbytes[q] - off)
+                src = half_ptr(st, q, st.step)
+                will_read(st, src, n)
+                cxl_copy(recv_addr[q] + off, src, n)
+    return OK
+
+
+cdef int alg_exchange(state_t *st, const char **send_addr, const size_t *send_nbytes,
+                      char **recv_addr, const size_t *recv_nbytes,
+                      size_t nsteps, size_t sub) noexcept nogil:
+    """Alltoall(v) and Scatter(v): personalized exchange.  A half is cut into
+    p sub-slots of `sub` bytes, sub-slot d for the data going to rank d; each
+    step every rank puts up to `sub` more bytes for each peer in its
+    sub-slots, and every rank copies the bytes meant for it out of every
+    peer's half.  This rank's own block is copied directly."""
+    cdef size_t j, off, n
+    cdef int q, rc, me = st.rank
+    cdef char *mine
+    cdef const char *src
+    if recv_addr[me] != send_addr[me]:
+        cxl_copy(recv_addr[me], send_addr[me], min_size(send_nbytes[me], recv_nbytes[me]))
+    for j in range(nsteps):
+        off = j * sub
+        mine = half_ptr(st, me, st.step + 1)
+        for q in range(st.size):
+            if q != me and off < send_nbytes[q]:
+                n = min_size(sub, send_nbytes[q] - off)
+                cxl_copy(mine + q * sub, send_addr[q] + off, n)
+                wrote(st, mine + q * sub, n)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        for q in range(st.size):
+            if q != me and off < recv_nbytes[q]:
+                n = min_size(sub, recv_nbytes[q] - off)
+                src = half_ptr(st, q, st.step) + me * sub
+                will_read(st, src, n)
+                cxl_copy(recv_addr[q] + off, src, n)
+    return OK
+
+
+cdef int alg_reduce_scatter(state_t *st, const char **send_addr,
+                            const size_t *counts, char *recvbuf, size_t itemsize,
+                            cxl_reduce_fn fn, size_t nsteps, size_t sub_count,
+                            bint inplace) noexcept nogil:
+    """Reduce_scatter(_block): rank d's result is the rank-order fold of
+    every rank's piece d (`counts[d]` elements at `send_addr[d]`).  Pieces
+    travel as in alg_exchange, `sub_count` elements a step; the receiver
+    folds them straight into its receive buffer, its own piece read from its
+    send buffer (or from its pool copy when in place: see `piece`)."""
+    cdef size_t j, off, n, my_n
+    cdef int q, rc, me = st.rank
+    cdef size_t sub = sub_count * itemsize
+    cdef char *mine
+    cdef const char *a
+    cdef const char *b
+    for j in range(nsteps):
+        off = j * sub_count
+        mine = half_ptr(st, me, st.step + 1)
+        for q in range(st.size):
+            if off < counts[q] and (q != me or (inplace and me != 0)):
+                n = min_size(sub_count, counts[q] - off)
+                cxl_copy(mine + q * sub, send_addr[q] + off * itemsize, n * itemsize)
+                wrote(st, mine + q * sub, n * itemsize)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        if off >= counts[me]:
+            continue
+        my_n = min_size(sub_count, counts[me] - off)
+        for q in range(st.size):
+            if q != me:
+                will_read(st, half_ptr(st, q, st.step) + me * sub, my_n * itemsize)
+        a = piece(st, send_addr[me] + off * itemsize, 0, inplace, sub)
+        if st.size == 1:
+            cxl_copy(recvbuf + off * itemsize, a, my_n * itemsize)
+            continue
+        b = piece(st, send_addr[me] + off * itemsize, 1, inplace, sub)
+        fn(recvbuf + off * itemsize, a, b, my_n)
+        for q in range(2, st.size):
+            b = piece(st, send_addr[me] + off * itemsize, q, inplace, sub)
+            fn(recvbuf + off * itemsize, recvbuf + off * itemsize, b, my_n)
+    return OK
+
+
+cdef inline const char *piece(state_t *st, const char *own, int q, bint inplace,
+                              size_t sub) noexcept nogil:
+    """Where rank q's piece for this rank is: the pool, or this rank's own
+    send buffer -- unless in place on a rank other than 0, where the result
+    (at the start of the buffer) overlaps the own piece at another offset."""
+    if q == st.rank and not (inplace and st.rank != 0):
+        return own
+    return half_ptr(st, q, st.step) + <size_t>st.rank * sub
+
+
+cdef int alg_scan(state_t *st, const char *sendbuf, char *recvbuf, size_t count,
+                  size_t itemsize, cxl_reduce_fn fn, bint exclusive,
+                  size_t chunk) noexcept nogil:
+    """Scan / Exscan: every rank publishes its contribution; rank r folds
+    x0 .. xr (x0 .. x(r-1) for Exscan; rank 0 then leaves its buffer as is)
+    in rank order."""
+    cdef size_t per_step = chunk // itemsize
+    cdef size_t done = 0, n
+    cdef int q, upto = st.rank if exclusive else st.rank + 1, rc
+    cdef char *mine
+    cdef char *dst
+    cdef const char *a
+    cdef const char *b
+    while done < count:
+        n = min_size(count - done, per_step)
+        mine = half_ptr(st, st.rank, st.step + 1)
+        cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
+        wrote(st, mine, n * itemsize)
+        rc = step_all(st)
+        if rc != OK:
+            return rc
+        dst = recvbuf + done * itemsize
+        if upto > 0:
+            invalidate_all(st, 0, n * itemsize, st.step)
+            # own contribution from the pool copy: dst may be the send buffer
+            a = half_ptr(st, 0, st.step)
+            if upto == 1:
+                cxl_copy(dst, a, n * itemsize)
+            else:
+                b = half_ptr(st, 1, st.step)
+                fn(dst, a, b, n)
+                for q in range(2, upto):
+                    fn(dst, dst, half_ptr(st, q, st.step), n)
+        done += n
+    return OK
+
+
+cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:
+    return a if a < b else b
+
+
 # ---------------------------------------------------------------------- pool
 
 class PoolError(OSError):
@@ -627,6 +821,126 @@ cdef class Pool:
                                       count, itemsize, fn, root, chunk)
         if rc != OK:
             self._raise(rc, "Allreduce" if root < 0 else "Reduce")
+
+    def _sub(self, size_t itemsize):
+        """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
+        cdef size_t sub = self.st.half_nbytes // self.st.size
+        cdef size_t chunk = self.chunk_nbytes
+        if chunk < sub:
+            sub = chunk
+        sub -= sub % 64
+        sub -= sub % itemsize
+        return sub if sub >= itemsize else itemsize
+
+    def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
+               recv_nbytes, int root, bint agree, str what):
+        """Allgather(v) (root < 0) and Gather(v).  `recv_addrs`/`recv_nbytes`:
+        where each rank's block goes (ignored off the root of a Gather).
+        With `agree`, the number of steps is agreed in a header step (Gatherv,
+        where only the root knows every count); returns False when some rank
+        declined there (its `send_nbytes` was None... see gather_header)."""
+        self._check()
+        cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
+        cdef size_t chunk = self._chunk(1, False)
+        cdef size_t nsteps = 0, q
+        cdef uint64_t agreed = 0
+        cdef int rc = OK
+        if not agree:
+            for q in range(self.st.size):
+                nsteps = max(nsteps, (recv.nbytes[q] + chunk - 1) // chunk)
+        with nogil:
+            if agree:
+                rc = agree_max(&self.st, (send_nbytes + chunk - 1) // chunk + 1, &agreed)
+                nsteps = agreed - 1
+            if rc == OK:
+                rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
+                                recv.addr, recv.nbytes, root, nsteps, chunk)
+        if rc != OK:
+            self._raise(rc, what)
+
+    def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
+                 bint agree, str what):
+        """Alltoall(v) and Scatter(v): `send_*[d]` goes to rank d, `recv_*[q]`
+        comes from rank q.  With `agree`, the number of steps is agreed in a
+        header step (the v-variants: no rank knows every count)."""
+        self._check()
+        cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
+        cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
+        cdef size_t sub = self._sub(1)
+        cdef size_t nsteps = 0, q
+        cdef uint64_t agreed = 0
+        cdef int rc = OK
+        for q in range(self.st.size):
+            nsteps = max(nsteps, (send.nbytes[q] + sub - 1) // sub,
+                         (recv.nbytes[q] + sub - 1) // sub)
+        with nogil:
+            if agree:
+                rc = agree_max(&self.st, nsteps + 1, &agreed)
+                nsteps = agreed - 1
+            if rc == OK:
+                rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
+                                  recv.addr, recv.nbytes, nsteps, sub)
+        if rc != OK:
+            self._raise(rc, what)
+
+    def reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr,
+                       size_t itemsize, int op, int tcode, bint inplace, str what):
+        """Reduce_scatter(_block): `send_addrs[d]` is where this rank's piece
+        for rank d starts, `counts[d]` its elements (the same on every rank);
+        `inplace`: the pieces are in the receive buffer, whose start gets the
+        result."""
+        self._check()
+        cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
+        if fn == NULL:
+            raise ValueError(f"op {op} is not defined for type {tcode}")
+        cdef _Arrays send = _Arrays(send_addrs, counts)
+        cdef size_t sub_count = self._sub(itemsize) // itemsize
+        cdef size_t nsteps = 0, q
+        for q in range(self.st.size):
+            nsteps = max(nsteps, (send.nbytes[q] + sub_count - 1) // sub_count)
+        cdef int rc
+        with nogil:
+            rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
+                                    <char *>recvaddr, itemsize, fn, nsteps, sub_count,
+                                    inplace)
+        if rc != OK:
+            self._raise(rc, what)
+
+    def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
+             size_t itemsize, int op, int tcode, bint exclusive):
+        """Scan (inclusive) or Exscan of `count` elements."""
+        self._check()
+        cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
+        if fn == NULL:
+            raise ValueError(f"op {op} is not defined for type {tcode}")
+        cdef size_t chunk = self._chunk(itemsize, False)
+        cdef int rc
+        with nogil:
+            rc = alg_scan(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
+                          itemsize, fn, exclusive, chunk)
+        if rc != OK:
+            self._raise(rc, "Exscan" if exclusive else "Scan")
+
+
+cdef class _Arrays:
+    """p addresses and p sizes as C arrays, from Python sequences."""
+    cdef char **addr
+    cdef size_t *nbytes
+    cdef int n
+
+    def __cinit__(self, addrs, sizes):
+        self.n = len(addrs)
+        self.addr = <char **>malloc(max(self.n, 1) * sizeof(char *))
+        self.nbytes = <size_t *>malloc(max(self.n, 1) * sizeof(size_t))
+        if self.addr == NULL or self.nbytes == NULL:
+            raise MemoryError()
+        for i in range(self.n):
+            self.addr[i] = <char *><uintptr_t>addrs[i]
+            self.nbytes[i] = sizes[i]
+
+    def __dealloc__(self):
+        free(self.addr)
+        free(self.nbytes)
 
 
 class PoolFailure(Exception):

@@ -58,6 +58,7 @@ cdef object _stock_barrier = MPI.Intracomm.Barrier
 cdef object _stock_bcast = MPI.Intracomm.Bcast
 cdef object _stock_reduce = MPI.Intracomm.Reduce
 cdef object _stock_allreduce = MPI.Intracomm.Allreduce
+cdef object _Stock = MPI.Intracomm
 
 # --------------------------------------------------------------- settings
 
@@ -91,12 +92,27 @@ cdef inline int ensure_configured() except -1:
 
 # ------------------------------------------------------------------ stats
 
-COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce")
-DEF NCOLL = 4
+COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
+               "allgatherv", "gather", "gatherv", "scatter", "scatterv",
+               "alltoall", "alltoallv", "reduce_scatter_block",
+               "reduce_scatter", "scan", "exscan")
+DEF NCOLL = 16
 DEF BARRIER = 0
 DEF BCAST = 1
 DEF REDUCE = 2
 DEF ALLREDUCE = 3
+DEF ALLGATHER = 4
+DEF ALLGATHERV = 5
+DEF GATHER = 6
+DEF GATHERV = 7
+DEF SCATTER = 8
+DEF SCATTERV = 9
+DEF ALLTOALL = 10
+DEF ALLTOALLV = 11
+DEF REDUCE_SCATTER_BLOCK = 12
+DEF REDUCE_SCATTER = 13
+DEF SCAN = 14
+DEF EXSCAN = 15
 cdef double stat_pool[NCOLL]
 cdef double stat_pass[NCOLL]
 cdef double stat_bytes[NCOLL]
@@ -226,39 +242,43 @@ cdef inline object lookup_type(object o_type):
     return None
 
 
-cpdef Message parse(object msg, bint writable):
-    """A `Message` for `msg`, or None when the pool cannot take it (an
-    unsupported datatype, a GPU buffer, MPI.BOTTOM, or a message that stock
-    mpi4py rejects)."""
+cdef tuple unpack(object msg, bint vector):
+    """(buf, count(s), displ(s), datatype) of a message, as mpi4py reads
+    it, or None for a form it rejects or the pool cannot take."""
     cdef object o_buf = None, o_count = None, o_displ = None, o_type = None
     cdef Py_ssize_t nargs
     if PyObject_CheckBuffer(msg):
-        o_buf = msg
-    elif isinstance(msg, (list, tuple)):
-        nargs = len(msg)
-        if nargs == 2:
-            o_buf, o_count = msg
-            if isinstance(o_count, (str, _DATATYPE)):
-                o_count, o_type = None, o_count
-            elif isinstance(o_count, (list, tuple)):
-                if len(o_count) != 2:
-                    return None
-                o_count, o_displ = o_count
-        elif nargs == 3:
-            o_buf, o_count, o_type = msg
-            if isinstance(o_count, (list, tuple)):
-                if len(o_count) != 2:
-                    return None
-                o_count, o_displ = o_count
-        elif nargs == 4:
-            o_buf, o_count, o_displ, o_type = msg
-        else:
-            return None
+        return (msg, None, None, None)
+    if not isinstance(msg, (list, tuple)):
+        return None
+    nargs = len(msg)
+    # the vector form reads a tuple as (counts, displs), a list as counts
+    pair = tuple if vector else (list, tuple)
+    if nargs == 2:
+        o_buf, o_count = msg
+        if isinstance(o_count, (str, _DATATYPE)):
+            o_count, o_type = None, o_count
+        elif isinstance(o_count, pair):
+            if len(o_count) != 2:
+                return None
+            o_count, o_displ = o_count
+    elif nargs == 3:
+        o_buf, o_count, o_type = msg
+        if isinstance(o_count, pair):
+            if len(o_count) != 2:
+                return None
+            o_count, o_displ = o_count
+    elif nargs == 4:
+        o_buf, o_count, o_displ, o_type = msg
     else:
         return None
     if o_buf is None or o_buf is _BOTTOM or not PyObject_CheckBuffer(o_buf):
         return None
+    return (o_buf, o_count, o_displ, o_type)
 
+
+cdef Message get_buffer(object o_buf, object o_type, bint writable):
+    """The buffer and element type of a message, or None."""
     cdef Message m = Message.__new__(Message)
     cdef int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT
     if writable:
@@ -268,7 +288,6 @@ cpdef Message parse(object msg, bint writable):
     except Exception:
         return None
     m.held = True
-
     cdef object dtype
     if o_type is None:
         fmt = m.view.format.decode() if m.view.format != NULL else "B"
@@ -287,8 +306,24 @@ cpdef Message parse(object msg, bint writable):
         return None
     m.datatype = dtype
     m.tcode, m.itemsize = info
+    m.address = <uintptr_t>m.view.buf
+    return m
 
+
+cpdef Message parse(object msg, bint writable, int blocks=0):
+    """A `Message` for `msg`, or None when the pool cannot take it (an
+    unsupported datatype, a GPU buffer, MPI.BOTTOM, or a message that stock
+    mpi4py rejects).  With `blocks` (the buffer holds one block per rank, as
+    a Gather's receive buffer does), `count` is the count of one block."""
+    parts = unpack(msg, False)
+    if parts is None:
+        return None
+    o_buf, o_count, o_displ, o_type = parts
+    cdef Message m = get_buffer(o_buf, o_type, writable)
+    if m is None:
+        return None
     cdef Py_ssize_t length = m.view.len, offset = 0, count, displ
+    cdef Py_ssize_t nblocks = blocks if blocks > 1 else 1
     try:
         if o_displ is not None:
             displ = o_displ.__index__()
@@ -301,18 +336,80 @@ cpdef Message parse(object msg, bint writable):
             if count < 0:
                 return None
         else:
-            if length % m.itemsize:
+            if length % m.itemsize or (length // m.itemsize) % nblocks:
                 return None
-            count = length // m.itemsize
+            count = length // m.itemsize // nblocks
     except (TypeError, AttributeError, OverflowError):
         return None
-    if count * m.itemsize > length:
+    if count * nblocks * m.itemsize > length:
         raise ValueError(
-            f"message: count {count} of {dtype.Get_name()} needs "
-            f"{count * m.itemsize} bytes but the buffer holds {length}")
-    m.address = <uintptr_t>m.view.buf + offset
+            f"message: {nblocks} x {count} of {m.datatype.Get_name()} needs "
+            f"{count * nblocks * m.itemsize} bytes but the buffer holds {length}")
+    m.address += offset
     m.count = count
     return m
+
+
+cdef object as_counts(object value, int blocks):
+    """A list of `blocks` non-negative ints from an int or a sequence."""
+    if isinstance(value, int) or hasattr(value, "__index__"):
+        return [value.__index__()] * blocks
+    out = [v.__index__() for v in value]
+    if len(out) != blocks:
+        raise ValueError(f"message: expecting {blocks} items, got {len(out)}")
+    return out
+
+
+def parse_vector(object msg, bint writable, int blocks):
+    """(Message, counts, displs) of a vector message (``[buf, counts, displs,
+    type]`` and the shorter forms, as mpi4py reads them), counts and displs
+    in elements, or None when the pool cannot take it.  Raises ValueError
+    when a block runs outside the buffer or two blocks overlap (a receive
+    buffer, `writable`): MPI would write out of bounds there."""
+    parts = unpack(msg, True)
+    if parts is None:
+        return None
+    o_buf, o_counts, o_displs, o_type = parts
+    cdef Message m = get_buffer(o_buf, o_type, writable)
+    if m is None:
+        return None
+    cdef Py_ssize_t total, acc, i
+    try:
+        if o_counts is None:
+            if m.view.len % m.itemsize:
+                return None
+            total = m.view.len // m.itemsize
+            counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
+        else:
+            counts = as_counts(o_counts, blocks)
+        if o_displs is None:
+            displs = []
+            acc = 0
+            for c in counts:
+                displs.append(acc)
+                acc += c
+        elif isinstance(o_displs, int) or hasattr(o_displs, "__index__"):
+            stride = o_displs.__index__()
+            displs = [stride * i for i in range(blocks)]
+        else:
+            displs = as_counts(o_displs, blocks)
+    except (TypeError, AttributeError, OverflowError):
+        return None
+    cdef Py_ssize_t length = m.view.len // m.itemsize
+    for i in range(blocks):
+        if counts[i] < 0 or displs[i] < 0 or displs[i] + counts[i] > length:
+            raise ValueError(
+                f"message: block {i} (displacement {displs[i]}, count "
+                f"{counts[i]}) runs outside a buffer of {length} elements")
+    if writable:
+        spans = sorted((displs[i], displs[i] + counts[i]) for i in range(blocks)
+                       if counts[i] > 0)
+        for i in range(1, len(spans)):
+            if spans[i][0] < spans[i - 1][1]:
+                raise ValueError(
+                    f"message: receive blocks overlap at element {spans[i][0]}")
+    m.count = sum(counts)
+    return m, counts, displs
 
 
 cdef inline bint small(object obj, Py_ssize_t limit):
@@ -484,3 +581,441 @@ class CommBase(_Intracomm):
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(ALLREDUCE, send.count * send.itemsize, t0)
+
+    # -------------------------------------------- gather / scatter / all-to-all
+
+    def Allgather(self, sendbuf, recvbuf):
+        """Gather to All."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        if not disabled:
+            recv = parse(recvbuf, True, size)
+            if recv is not None and recv.count * recv.itemsize * size >= threshold:
+                if sendbuf is not _IN_PLACE:
+                    send = parse(sendbuf, False)
+                    if send is None or send.count * send.itemsize != recv.count * recv.itemsize:
+                        recv = None
+            else:
+                recv = None
+        pool = pool_of(self) if recv is not None else None
+        if pool is None:
+            _Stock.Allgather(self, sendbuf, recvbuf)
+            passed(ALLGATHER, t0)
+            return
+        if not time_all:
+            t0 = now()
+        block = recv.count * recv.itemsize
+        addrs = [recv.address + q * block for q in range(size)]
+        sendaddr = addrs[rank] if send is None else send.address
+        try:
+            pool.gather(sendaddr, block, addrs, [block] * size, -1, False, "Allgather")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(ALLGATHER, block * size, t0)
+
+    def Allgatherv(self, sendbuf, recvbuf):
+        """Gather to All Vector (the receive counts are known on every rank)."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        vec = None
+        if not disabled:
+            vec = parse_vector(recvbuf, True, size)
+            if vec is not None:
+                recv, counts, displs = vec
+                if recv.count * recv.itemsize < threshold:
+                    vec = None
+                elif sendbuf is not _IN_PLACE:
+                    send = parse(sendbuf, False)
+                    if send is None or send.count * send.itemsize != \
+                            counts[rank] * recv.itemsize:
+                        vec = None
+        pool = pool_of(self) if vec is not None else None
+        if pool is None:
+            _Stock.Allgatherv(self, sendbuf, recvbuf)
+            passed(ALLGATHERV, t0)
+            return
+        if not time_all:
+            t0 = now()
+        item = recv.itemsize
+        addrs = [recv.address + d * item for d in displs]
+        sizes = [c * item for c in counts]
+        sendaddr = addrs[rank] if send is None else send.address
+        try:
+            pool.gather(sendaddr, sizes[rank], addrs, sizes, -1, False, "Allgatherv")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(ALLGATHERV, recv.count * item, t0)
+
+    def Gather(self, sendbuf, recvbuf, int root=0):
+        """Gather together values from a group of processes."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef Py_ssize_t block = -1
+        if not disabled and 0 <= root < size:
+            if rank == root:
+                recv = parse(recvbuf, True, size)
+                if recv is not None:
+                    block = recv.count * recv.itemsize
+                    if sendbuf is not _IN_PLACE:
+                        send = parse(sendbuf, False)
+                        if send is None or send.count * send.itemsize != block:
+                            block = -1
+            else:
+                send = parse(sendbuf, False)
+                if send is not None:
+                    block = send.count * send.itemsize
+        if block >= 0 and block * size < threshold:
+            block = -1
+        pool = pool_of(self) if block >= 0 else None
+        if pool is None:
+            _Stock.Gather(self, sendbuf, recvbuf, root)
+            passed(GATHER, t0)
+            return
+        if not time_all:
+            t0 = now()
+        if rank == root:
+            addrs = [recv.address + q * block for q in range(size)]
+        else:
+            addrs = [0] * size
+        sendaddr = addrs[rank] if send is None else send.address
+        try:
+            pool.gather(sendaddr, block, addrs, [block] * size, root, False, "Gather")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(GATHER, block * size, t0)
+
+    def Gatherv(self, sendbuf, recvbuf, int root=0):
+        """Gather Vector.  Only the root knows every count, so no size rule
+        can be decided alike on every rank: a Gatherv of supported types
+        always goes through the pool, which agrees on its length in a
+        header step of the control lines."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        ok = not disabled and 0 <= root < size
+        counts = displs = None
+        if ok and rank == root:
+            vec = parse_vector(recvbuf, True, size)
+            if vec is None:
+                ok = False
+            else:
+                recv, counts, displs = vec
+        if ok and not (rank == root and sendbuf is _IN_PLACE):
+            send = parse(sendbuf, False)
+            ok = send is not None and (rank != root or
+                                       send.count * send.itemsize ==
+                                       counts[rank] * recv.itemsize)
+        pool = pool_of(self) if ok else None
+        if pool is None:
+            _Stock.Gatherv(self, sendbuf, recvbuf, root)
+            passed(GATHERV, t0)
+            return
+        if not time_all:
+            t0 = now()
+        if rank == root:
+            item = recv.itemsize
+            addrs = [recv.address + d * item for d in displs]
+            sizes = [c * item for c in counts]
+            sendaddr = addrs[rank] if send is None else send.address
+            nbytes = sizes[rank]
+        else:
+            addrs = [0] * size
+            sizes = [0] * size
+            sendaddr = send.address
+            nbytes = send.count * send.itemsize
+        try:
+            pool.gather(sendaddr, nbytes, addrs, sizes, root, True, "Gatherv")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
+
+    def Scatter(self, sendbuf, recvbuf, int root=0):
+        """Scatter data from one process to all other processes."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef Py_ssize_t block = -1
+        if not disabled and 0 <= root < size:
+            if rank == root:
+                send = parse(sendbuf, False, size)
+                if send is not None:
+                    block = send.count * send.itemsize
+                    if recvbuf is not _IN_PLACE:
+                        recv = parse(recvbuf, True)
+                        if recv is None or recv.count * recv.itemsize != block:
+                            block = -1
+            else:
+                recv = parse(recvbuf, True)
+                if recv is not None:
+                    block = recv.count * recv.itemsize
+        if block >= 0 and block * size < threshold:
+            block = -1
+        pool = pool_of(self) if block >= 0 else None
+        if pool is None:
+            _Stock.Scatter(self, sendbuf, recvbuf, root)
+            passed(SCATTER, t0)
+            return
+        if not time_all:
+            t0 = now()
+        zeros = [0] * size
+        if rank == root:
+            send_addrs = [send.address + d * block for d in range(size)]
+            send_sizes = [block] * size
+        else:
+            send_addrs, send_sizes = zeros, zeros
+        recv_addrs, recv_sizes = list(zeros), list(zeros)
+        recv_sizes[root] = block
+        recv_addrs[root] = send_addrs[root] if recv is None else recv.address
+        try:
+            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, False, "Scatter")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(SCATTER, block * size, t0)
+
+    def Scatterv(self, sendbuf, recvbuf, int root=0):
+        """Scatter Vector.  As for Gatherv: always through the pool for
+        supported types, its length agreed in a header step."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        ok = not disabled and 0 <= root < size
+        counts = displs = None
+        if ok and rank == root:
+            vec = parse_vector(sendbuf, False, size)
+            if vec is None:
+                ok = False
+            else:
+                send, counts, displs = vec
+        if ok and not (rank == root and recvbuf is _IN_PLACE):
+            recv = parse(recvbuf, True)
+            ok = recv is not None and (rank != root or
+                                       recv.count * recv.itemsize ==
+                                       counts[rank] * send.itemsize)
+        pool = pool_of(self) if ok else None
+        if pool is None:
+            _Stock.Scatterv(self, sendbuf, recvbuf, root)
+            passed(SCATTERV, t0)
+            return
+        if not time_all:
+            t0 = now()
+        zeros = [0] * size
+        if rank == root:
+            item = send.itemsize
+            send_addrs = [send.address + d * item for d in displs]
+            send_sizes = [c * item for c in counts]
+        else:
+            send_addrs, send_sizes = zeros, zeros
+        recv_addrs, recv_sizes = list(zeros), list(zeros)
+        if recv is None:
+            recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
+        else:
+            recv_addrs[root], recv_sizes[root] = recv.address, recv.count * recv.itemsize
+        try:
+            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, True, "Scatterv")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
+
+    def Alltoall(self, sendbuf, recvbuf):
+        """All to All Scatter/Gather: every rank sends block d to rank d."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size()
+        cdef Py_ssize_t block = -1
+        if not disabled:
+            recv = parse(recvbuf, True, size)
+            if recv is not None:
+                block = recv.count * recv.itemsize
+                if block * size < threshold:
+                    block = -1
+                elif sendbuf is not _IN_PLACE:
+                    send = parse(sendbuf, False, size)
+                    if send is None or send.count * send.itemsize != block:
+                        block = -1
+        pool = pool_of(self) if block >= 0 else None
+        if pool is None:
+            _Stock.Alltoall(self, sendbuf, recvbuf)
+            passed(ALLTOALL, t0)
+            return
+        if not time_all:
+            t0 = now()
+        recv_addrs = [recv.address + q * block for q in range(size)]
+        send_addrs = recv_addrs if send is None else \
+            [send.address + d * block for d in range(size)]
+        sizes = [block] * size
+        try:
+            pool.exchange(send_addrs, sizes, recv_addrs, sizes, False, "Alltoall")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(ALLTOALL, block * size, t0)
+
+    def Alltoallv(self, sendbuf, recvbuf):
+        """All to All Scatter/Gather Vector.  No rank knows every count:
+        always through the pool for supported types, its length agreed in a
+        header step.  IN_PLACE passes through."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size()
+        ok = not disabled and sendbuf is not _IN_PLACE
+        if ok:
+            rvec = parse_vector(recvbuf, True, size)
+            svec = parse_vector(sendbuf, False, size)
+            ok = rvec is not None and svec is not None
+        pool = pool_of(self) if ok else None
+        if pool is None:
+            _Stock.Alltoallv(self, sendbuf, recvbuf)
+            passed(ALLTOALLV, t0)
+            return
+        if not time_all:
+            t0 = now()
+        send, scounts, sdispls = svec
+        recv, rcounts, rdispls = rvec
+        si, ri = send.itemsize, recv.itemsize
+        try:
+            pool.exchange([send.address + d * si for d in sdispls],
+                          [c * si for c in scounts],
+                          [recv.address + d * ri for d in rdispls],
+                          [c * ri for c in rcounts], True, "Alltoallv")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(ALLTOALLV, send.count * si, t0)
+
+    # ------------------------------------------------- reduce-scatter, scans
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
+        """Reduce-Scatter Block (every rank gets one equal block)."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size()
+        opc = None if disabled else op_code(op)
+        if opc is not None:
+            if sendbuf is _IN_PLACE:
+                recv = parse(recvbuf, True, size)
+            else:
+                recv = parse(recvbuf, True)
+                send = parse(sendbuf, False, size) if recv is not None else None
+                if send is None or send.count != recv.count or \
+                        send.datatype.handle != recv.datatype.handle:
+                    recv = None
+            if recv is None or recv.count * recv.itemsize * size < threshold or \
+                    recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+                recv = None
+        pool = pool_of(self) if recv is not None else None
+        if pool is None:
+            _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+            passed(REDUCE_SCATTER_BLOCK, t0)
+            return
+        if not time_all:
+            t0 = now()
+        block = recv.count * recv.itemsize
+        base = recv.address if send is None else send.address
+        try:
+            pool.reduce_scatter([base + d * block for d in range(size)],
+                                [recv.count] * size, recv.address, recv.itemsize,
+                                opc, recv.tcode, send is None, "Reduce_scatter_block")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
+        """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
+        Without recvcounts, stock mpi4py first gathers them through MPI; such
+        calls pass through."""
+        ensure_configured()
+        cdef double t0 = start()
+        cdef Message send = None, recv = None
+        cdef int size = self.Get_size(), rank = self.Get_rank()
+        opc = None if disabled or recvcounts is None else op_code(op)
+        counts = None
+        if opc is not None:
+            try:
+                counts = as_counts(recvcounts, size)
+            except (TypeError, ValueError, AttributeError):
+                counts = None
+        if counts is not None and min(counts) >= 0:
+            total = sum(counts)
+            recv = parse(recvbuf, True)
+            if recv is not None and sendbuf is _IN_PLACE:
+                if recv.count != total:
+                    recv = None
+            elif recv is not None:
+                send = parse(sendbuf, False)
+                if send is None or send.count != total or recv.count != counts[rank] \
+                        or send.datatype.handle != recv.datatype.handle:
+                    recv = None
+            if recv is None or total * recv.itemsize < threshold or \
+                    recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+                recv = None
+        pool = pool_of(self) if recv is not None else None
+        if pool is None:
+            _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
+            passed(REDUCE_SCATTER, t0)
+            return
+        if not time_all:
+            t0 = now()
+        item = recv.itemsize
+        base = recv.address if send is None else send.address
+        addrs = []
+        acc = 0
+        for c in counts:
+            addrs.append(base + acc * item)
+            acc += c
+        try:
+            pool.reduce_scatter(addrs, counts, recv.address, item, opc, recv.tcode,
+                                send is None, "Reduce_scatter")
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(REDUCE_SCATTER, sum(counts) * item, t0)
+
+    def Scan(self, sendbuf, recvbuf, op=MPI.SUM):
+        """Inclusive Scan: rank r gets x0 op ... op xr."""
+        ensure_configured()
+        cdef double t0 = start()
+        plan = plan_reduce(sendbuf, recvbuf, op, True)
+        pool = pool_of(self) if plan is not None else None
+        if pool is None:
+            _Stock.Scan(self, sendbuf, recvbuf, op)
+            passed(SCAN, t0)
+            return
+        if not time_all:
+            t0 = now()
+        send, recv, opc = plan
+        try:
+            pool.scan(send.address, recv.address, send.count, send.itemsize, opc,
+                      send.tcode, False)
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(SCAN, send.count * send.itemsize, t0)
+
+    def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
+        """Exclusive Scan: rank r gets x0 op ... op x(r-1); rank 0's receive
+        buffer is left as it was (MPI leaves it undefined)."""
+        ensure_configured()
+        cdef double t0 = start()
+        plan = plan_reduce(sendbuf, recvbuf, op, True)
+        pool = pool_of(self) if plan is not None else None
+        if pool is None:
+            _Stock.Exscan(self, sendbuf, recvbuf, op)
+            passed(EXSCAN, t0)
+            return
+        if not time_all:
+            t0 = now()
+        send, recv, opc = plan
+        try:
+            pool.scan(send.address, recv.address, send.count, send.itemsize, opc,
+                      send.tcode, True)
+        except PoolFailure as exc:
+            raise run_failed(self, exc) from None
+        pooled(EXSCAN, send.count * send.itemsize, t0)
