@@ -38,13 +38,12 @@ _VALUE_OPTIONS = {
 
 # Which calls the pool takes, and when (the same table as in the README).
 POOL_TABLE = (
-    ("Bcast", "message >= CXLMPI_BCAST_THRESHOLD"),
     ("Reduce, Allreduce, Scan, Exscan", "message >= CXLMPI_THRESHOLD, predefined op"),
     ("Reduce_scatter_block, Reduce_scatter", "total >= CXLMPI_THRESHOLD, predefined op, "
      "recvcounts given"),
-    ("Allgather, Gather, Scatter, Alltoall", "total (all blocks) >= CXLMPI_THRESHOLD"),
-    ("Allgatherv", "total (sum of counts) >= CXLMPI_THRESHOLD"),
-    ("Gatherv, Scatterv, Alltoallv", "always (length agreed in the control lines)"),
+    ("Bcast, Allgather(v), Alltoall(v), Gather(v), Scatter(v)",
+     "sizes in the CXLMPI_TUNING window (below)"),
+    ("Gatherv, Scatterv, Alltoallv", "path and length agreed in a header step"),
     ("Barrier", "once the communicator has a pool"),
 )
 
@@ -84,7 +83,12 @@ def info() -> str:
     lines.append("through the pool (contiguous predefined-type buffers, one-node "
                  "communicator; everything else passes through to MPI):")
     for row in POOL_TABLE:
-        lines.append(f"  {row[0]:<38} {row[1]}")
+        lines.append(f"  {row[0]:<56} {row[1]}")
+    lines.append(f"windows (bytes, all blocks together; CXLMPI_TUNING={cfg.tuning}):")
+    for name, window in cfg.windows().items():
+        shown = "MPI always" if window is None else \
+            f"[{window[0]}, {'inf' if window[1] is None else window[1]})"
+        lines.append(f"  {name:<22} {shown}")
     return "\n".join(lines)
 
 

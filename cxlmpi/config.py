@@ -87,9 +87,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CXLMPI_THRESHOLD", parse_size, "4K",
              "Smallest message (bytes) that goes through the pool; smaller "
              "ones pass through to MPI."),
-    Variable("CXLMPI_BCAST_THRESHOLD", parse_size, "256K",
-             "Smallest Bcast (bytes) that goes through the pool: below it "
-             "MPI's own single-copy broadcast is as fast (measured)."),
+    Variable("CXLMPI_TUNING", str, "builtin",
+             "Which sizes of each collective go through the pool: builtin "
+             "(the measured table), pool (every size >= CXLMPI_THRESHOLD), "
+             "or a JSON file {collective: [lo, hi] or null}."),
     Variable("CXLMPI_CHUNK_SIZE", parse_size, "256K",
              "Bytes each rank publishes per pipeline step."),
     Variable("CXLMPI_RSAG_THRESHOLD", parse_size, "64K",
@@ -114,7 +115,7 @@ class Config:
     pool: str
     pool_size: int
     threshold: int
-    bcast_threshold: int
+    tuning: str
     chunk_size: int
     rsag_threshold: int
     timeout: float
@@ -134,9 +135,72 @@ class Config:
         if self.chunk_size < 64:
             raise CXLMPIConfigError("CXLMPI_CHUNK_SIZE must be at least 64 bytes")
 
+    def windows(self) -> dict[str, tuple[int, int | None] | None]:
+        """Per collective, the sizes in bytes (all blocks together) that go
+        through the pool: (lo, hi) for lo <= nbytes < hi (hi None: no upper
+        bound), or None: never (MPI is faster there)."""
+        if self.tuning == "pool":
+            table: dict[str, Any] = {}
+        elif self.tuning == "builtin":
+            table = dict(BUILTIN_WINDOWS)
+        else:
+            table = _read_tuning(self.tuning)
+        out: dict[str, tuple[int, int | None] | None] = {}
+        for name in COLLECTIVES:
+            window = table.get(name, [None, None])
+            if window is None:
+                out[name] = None
+                continue
+            low = self.threshold if window[0] is None else max(window[0], self.threshold)
+            out[name] = (low, window[1])
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         """Every setting by variable name."""
         return {var.name: getattr(self, var.key) for var in VARIABLES}
+
+
+COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
+               "allgatherv", "gather", "gatherv", "scatter", "scatterv",
+               "alltoall", "alltoallv", "reduce_scatter_block",
+               "reduce_scatter", "scan", "exscan")
+
+# Measured with tools/bench.py at 2 ranks (README, Performance): where MPI's
+# own single-copy (kernel-assisted) transfers beat copying through the pool
+# for private buffers, the collective stays with MPI.  [lo, hi]: bytes, None
+# = CXLMPI_THRESHOLD / no upper bound; None: never through the pool.
+BUILTIN_WINDOWS: dict[str, list[int | None] | None] = {
+    "bcast": [256 << 10, None],
+    "allgather": [None, 4 << 20],
+    "allgatherv": [None, 4 << 20],
+    "gather": None,
+    "gatherv": None,
+    "scatter": None,
+    "scatterv": None,
+    "alltoall": [None, 256 << 10],
+    "alltoallv": [None, 256 << 10],
+}
+
+
+def _read_tuning(path: str) -> dict[str, Any]:
+    import json
+
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CXLMPIConfigError(f"CXLMPI_TUNING={path!r}: {exc}") from None
+    if not isinstance(table, dict):
+        raise CXLMPIConfigError(f"CXLMPI_TUNING={path!r}: expected a JSON object")
+    for name, window in table.items():
+        if name not in COLLECTIVES:
+            raise CXLMPIConfigError(f"CXLMPI_TUNING={path!r}: unknown collective {name!r}")
+        if window is not None and not (
+                isinstance(window, list) and len(window) == 2
+                and all(v is None or (isinstance(v, int) and v >= 0) for v in window)):
+            raise CXLMPIConfigError(
+                f"CXLMPI_TUNING={path!r}: {name}: expected [lo, hi] (bytes or null) or null")
+    return table
 
 
 _config: Config | None = None

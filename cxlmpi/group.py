@@ -24,8 +24,8 @@ __all__ = ["create_pool"]
 
 def _settings_key(cfg: config.Config) -> tuple:
     # The settings the layout and the dispatch rules depend on.
-    return (cfg.pool, cfg.pool_size, cfg.threshold, cfg.bcast_threshold, cfg.chunk_size,
-            cfg.rsag_threshold, cfg.coherence, cfg.disable)
+    return (cfg.pool, cfg.pool_size, cfg.chunk_size, cfg.rsag_threshold,
+            cfg.coherence, cfg.disable, sorted(cfg.windows().items()))
 
 
 def create_pool(comm: MPI.Intracomm) -> Pool | None:

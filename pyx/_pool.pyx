@@ -832,54 +832,48 @@ cdef class Pool:
         sub -= sub % itemsize
         return sub if sub >= itemsize else itemsize
 
+    def agree(self, uint64_t value):
+        """A header step: every rank publishes `value`; returns the maximum,
+        or 0 when any rank published 0 ("not through the pool")."""
+        self._check()
+        cdef uint64_t agreed = 0
+        cdef int rc
+        with nogil:
+            rc = agree_max(&self.st, value, &agreed)
+        if rc != OK:
+            self._raise(rc, "header step")
+        return agreed
+
     def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
-               recv_nbytes, int root, bint agree, str what):
+               recv_nbytes, int root, size_t max_nbytes, str what):
         """Allgather(v) (root < 0) and Gather(v).  `recv_addrs`/`recv_nbytes`:
-        where each rank's block goes (ignored off the root of a Gather).
-        With `agree`, the number of steps is agreed in a header step (Gatherv,
-        where only the root knows every count); returns False when some rank
-        declined there (its `send_nbytes` was None... see gather_header)."""
+        where each rank's block goes (ignored off the root of a Gather);
+        `max_nbytes`: the largest block of any rank (the same everywhere)."""
         self._check()
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t chunk = self._chunk(1, False)
-        cdef size_t nsteps = 0, q
-        cdef uint64_t agreed = 0
-        cdef int rc = OK
-        if not agree:
-            for q in range(self.st.size):
-                nsteps = max(nsteps, (recv.nbytes[q] + chunk - 1) // chunk)
+        cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
+        cdef int rc
         with nogil:
-            if agree:
-                rc = agree_max(&self.st, (send_nbytes + chunk - 1) // chunk + 1, &agreed)
-                nsteps = agreed - 1
-            if rc == OK:
-                rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
-                                recv.addr, recv.nbytes, root, nsteps, chunk)
+            rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
+                            recv.addr, recv.nbytes, root, nsteps, chunk)
         if rc != OK:
             self._raise(rc, what)
 
     def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
-                 bint agree, str what):
+                 size_t max_nbytes, str what):
         """Alltoall(v) and Scatter(v): `send_*[d]` goes to rank d, `recv_*[q]`
-        comes from rank q.  With `agree`, the number of steps is agreed in a
-        header step (the v-variants: no rank knows every count)."""
+        comes from rank q; `max_nbytes`: the largest block between any two
+        ranks (the same everywhere)."""
         self._check()
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t sub = self._sub(1)
-        cdef size_t nsteps = 0, q
-        cdef uint64_t agreed = 0
-        cdef int rc = OK
-        for q in range(self.st.size):
-            nsteps = max(nsteps, (send.nbytes[q] + sub - 1) // sub,
-                         (recv.nbytes[q] + sub - 1) // sub)
+        cdef size_t nsteps = (max_nbytes + sub - 1) // sub
+        cdef int rc
         with nogil:
-            if agree:
-                rc = agree_max(&self.st, nsteps + 1, &agreed)
-                nsteps = agreed - 1
-            if rc == OK:
-                rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
-                                  recv.addr, recv.nbytes, nsteps, sub)
+            rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
+                              recv.addr, recv.nbytes, nsteps, sub)
         if rc != OK:
             self._raise(rc, what)
 

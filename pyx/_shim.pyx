@@ -28,7 +28,8 @@ which message form a rank used, where its buffer lives -- never change it.
 from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, uint64_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 cdef extern from "<time.h>" nogil:
     ctypedef int clockid_t
@@ -60,42 +61,11 @@ cdef object _stock_reduce = MPI.Intracomm.Reduce
 cdef object _stock_allreduce = MPI.Intracomm.Allreduce
 cdef object _Stock = MPI.Intracomm
 
-# --------------------------------------------------------------- settings
-
-cdef Py_ssize_t threshold = 4096
-cdef Py_ssize_t bcast_threshold = 262144
-cdef bint disabled = False
-cdef bint configured = False
-# Time passed-through calls too (CXLMPI_STATS=1); otherwise only pool calls
-# are timed, which keeps two clock reads off the small-message path.
-cdef bint time_all = False
-
-
-def configure(cfg):
-    """Take the settings the hot path needs (called by cxlmpi.config)."""
-    global threshold, bcast_threshold, disabled, configured, time_all
-    threshold = cfg.threshold
-    bcast_threshold = max(cfg.threshold, cfg.bcast_threshold)
-    disabled = cfg.disable
-    time_all = cfg.stats
-    configured = True
-
-
-cdef inline int ensure_configured() except -1:
-    # The settings are read on the first intercepted call, not at import,
-    # so that a malformed variable is reported where it matters, once.
-    if not configured:
-        from . import config
-        config.get()
-    return 0
-
-
 # ------------------------------------------------------------------ stats
 
-COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
-               "allgatherv", "gather", "gatherv", "scatter", "scatterv",
-               "alltoall", "alltoallv", "reduce_scatter_block",
-               "reduce_scatter", "scan", "exscan")
+# The order of cxlmpi.config.COLLECTIVES, which the constants below index.
+from .config import COLLECTIVES
+
 DEF NCOLL = 16
 DEF BARRIER = 0
 DEF BCAST = 1
@@ -123,6 +93,10 @@ cdef inline double now() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + 1e-9 * ts.tv_nsec
+
+
+cdef inline bint within(int which, Py_ssize_t nbytes) noexcept:
+    return lo[which] <= nbytes < hi[which]
 
 
 cdef inline double start() noexcept:
@@ -153,6 +127,45 @@ def stats_reset():
     """Zero every counter."""
     for i in range(NCOLL):
         stat_pool[i] = stat_pass[i] = stat_bytes[i] = stat_seconds[i] = 0
+
+
+# --------------------------------------------------------------- settings
+
+# Per collective, the message sizes (bytes, all blocks together) that go
+# through the pool: lo <= nbytes < hi (cxlmpi.config.windows()).
+cdef Py_ssize_t lo[NCOLL]
+cdef Py_ssize_t hi[NCOLL]
+cdef Py_ssize_t NEVER = PY_SSIZE_T_MAX
+cdef bint disabled = False
+cdef bint configured = False
+# Time passed-through calls too (CXLMPI_STATS=1); otherwise only pool calls
+# are timed, which keeps two clock reads off the small-message path.
+cdef bint time_all = False
+
+
+def configure(cfg):
+    """Take the settings the hot path needs (called by cxlmpi.config)."""
+    global disabled, configured, time_all
+    windows = cfg.windows()
+    for i, name in enumerate(COLLECTIVES):
+        window = windows.get(name)
+        if window is None:
+            lo[i] = hi[i] = NEVER
+        else:
+            lo[i] = min(window[0], NEVER)
+            hi[i] = NEVER if window[1] is None else min(window[1], NEVER)
+    disabled = cfg.disable
+    time_all = cfg.stats
+    configured = True
+
+
+cdef inline int ensure_configured() except -1:
+    # The settings are read on the first intercepted call, not at import,
+    # so that a malformed variable is reported where it matters, once.
+    if not configured:
+        from . import config
+        config.get()
+    return 0
 
 
 # ---------------------------------------------------------- type tables
@@ -457,16 +470,24 @@ cdef inline object pool_of(object comm):
     return state.pool
 
 
+cdef uint64_t header(object comm, object pool, uint64_t local) except? 0:
+    """The header step of a v-collective (see Gatherv)."""
+    try:
+        return pool.agree(local)
+    except PoolFailure as exc:
+        raise run_failed(comm, exc) from None
+
+
 cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
 
 
-cdef inline object plan_reduce(object sendbuf, object recvbuf, object op,
-                               bint receiving):
+cdef inline object plan_reduce(int which, object sendbuf, object recvbuf,
+                               object op, bint receiving):
     """(send, recv, op code) when the pool can take this reduction; `send`
     stands for the receive buffer when sendbuf is IN_PLACE."""
     cdef Message send, recv = None
-    if disabled or small(recvbuf if receiving else sendbuf, threshold):
+    if disabled or small(recvbuf if receiving else sendbuf, lo[which]):
         return None
     opc = op_code(op)
     if opc is None:
@@ -487,7 +508,7 @@ cdef inline object plan_reduce(object sendbuf, object recvbuf, object op,
         send = parse(sendbuf, False)
         if send is None:
             return None
-    if send.count * send.itemsize < threshold or send.tcode < 0 \
+    if not within(which, send.count * send.itemsize) or send.tcode < 0 \
             or not reducer_defined(opc, send.tcode):
         return None
     return send, recv, opc
@@ -521,9 +542,9 @@ class CommBase(_Intracomm):
         ensure_configured()
         cdef double t0 = start()
         cdef Message msg = None
-        if not disabled and not small(buf, bcast_threshold) and 0 <= root < self.Get_size():
+        if not disabled and not small(buf, lo[BCAST]) and 0 <= root < self.Get_size():
             msg = parse(buf, root != self.Get_rank())
-            if msg is not None and msg.count * msg.itemsize < bcast_threshold:
+            if msg is not None and not within(BCAST, msg.count * msg.itemsize):
                 msg = None
         pool = pool_of(self) if msg is not None else None
         if pool is None:
@@ -545,7 +566,7 @@ class CommBase(_Intracomm):
         cdef Message send, recv
         plan = None
         if 0 <= root < self.Get_size():
-            plan = plan_reduce(sendbuf, recvbuf, op, root == self.Get_rank())
+            plan = plan_reduce(REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
         pool = pool_of(self) if plan is not None else None
         if pool is None:
             _stock_reduce(self, sendbuf, recvbuf, op, root)
@@ -566,7 +587,7 @@ class CommBase(_Intracomm):
         ensure_configured()
         cdef double t0 = start()
         cdef Message send, recv
-        plan = plan_reduce(sendbuf, recvbuf, op, True)
+        plan = plan_reduce(ALLREDUCE, sendbuf, recvbuf, op, True)
         pool = pool_of(self) if plan is not None else None
         if pool is None:
             _stock_allreduce(self, sendbuf, recvbuf, op)
@@ -592,7 +613,7 @@ class CommBase(_Intracomm):
         cdef int size = self.Get_size(), rank = self.Get_rank()
         if not disabled:
             recv = parse(recvbuf, True, size)
-            if recv is not None and recv.count * recv.itemsize * size >= threshold:
+            if recv is not None and within(ALLGATHER, recv.count * recv.itemsize * size):
                 if sendbuf is not _IN_PLACE:
                     send = parse(sendbuf, False)
                     if send is None or send.count * send.itemsize != recv.count * recv.itemsize:
@@ -610,7 +631,7 @@ class CommBase(_Intracomm):
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
         try:
-            pool.gather(sendaddr, block, addrs, [block] * size, -1, False, "Allgather")
+            pool.gather(sendaddr, block, addrs, [block] * size, -1, block, "Allgather")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(ALLGATHER, block * size, t0)
@@ -626,7 +647,7 @@ class CommBase(_Intracomm):
             vec = parse_vector(recvbuf, True, size)
             if vec is not None:
                 recv, counts, displs = vec
-                if recv.count * recv.itemsize < threshold:
+                if not within(ALLGATHERV, recv.count * recv.itemsize):
                     vec = None
                 elif sendbuf is not _IN_PLACE:
                     send = parse(sendbuf, False)
@@ -645,7 +666,7 @@ class CommBase(_Intracomm):
         sizes = [c * item for c in counts]
         sendaddr = addrs[rank] if send is None else send.address
         try:
-            pool.gather(sendaddr, sizes[rank], addrs, sizes, -1, False, "Allgatherv")
+            pool.gather(sendaddr, sizes[rank], addrs, sizes, -1, max(sizes), "Allgatherv")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(ALLGATHERV, recv.count * item, t0)
@@ -670,7 +691,7 @@ class CommBase(_Intracomm):
                 send = parse(sendbuf, False)
                 if send is not None:
                     block = send.count * send.itemsize
-        if block >= 0 and block * size < threshold:
+        if block >= 0 and not within(GATHER, block * size):
             block = -1
         pool = pool_of(self) if block >= 0 else None
         if pool is None:
@@ -685,22 +706,24 @@ class CommBase(_Intracomm):
             addrs = [0] * size
         sendaddr = addrs[rank] if send is None else send.address
         try:
-            pool.gather(sendaddr, block, addrs, [block] * size, root, False, "Gather")
+            pool.gather(sendaddr, block, addrs, [block] * size, root, block, "Gather")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(GATHER, block * size, t0)
 
     def Gatherv(self, sendbuf, recvbuf, int root=0):
-        """Gather Vector.  Only the root knows every count, so no size rule
-        can be decided alike on every rank: a Gatherv of supported types
-        always goes through the pool, which agrees on its length in a
-        header step of the control lines."""
+        """Gather Vector.  Only the root knows every count, so the ranks
+        agree in a header step of the control lines: each publishes its
+        largest block (or that it cannot take the pool path) and all decide
+        from the maximum alike."""
         ensure_configured()
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        ok = not disabled and 0 <= root < size
+        cdef uint64_t local = 0, agreed = 0
+        eligible = not disabled and lo[GATHERV] != NEVER and 0 <= root < size
         counts = displs = None
+        ok = eligible
         if ok and rank == root:
             vec = parse_vector(recvbuf, True, size)
             if vec is None:
@@ -712,7 +735,16 @@ class CommBase(_Intracomm):
             ok = send is not None and (rank != root or
                                        send.count * send.itemsize ==
                                        counts[rank] * recv.itemsize)
-        pool = pool_of(self) if ok else None
+        if ok:
+            if rank == root:
+                local = 1 + max(counts) * recv.itemsize
+            else:
+                local = 1 + send.count * send.itemsize
+        pool = pool_of(self) if eligible else None
+        if pool is not None:
+            agreed = header(self, pool, local)
+            if agreed == 0 or not within(GATHERV, (agreed - 1) * size):
+                pool = None
         if pool is None:
             _Stock.Gatherv(self, sendbuf, recvbuf, root)
             passed(GATHERV, t0)
@@ -731,7 +763,7 @@ class CommBase(_Intracomm):
             sendaddr = send.address
             nbytes = send.count * send.itemsize
         try:
-            pool.gather(sendaddr, nbytes, addrs, sizes, root, True, "Gatherv")
+            pool.gather(sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
@@ -756,7 +788,7 @@ class CommBase(_Intracomm):
                 recv = parse(recvbuf, True)
                 if recv is not None:
                     block = recv.count * recv.itemsize
-        if block >= 0 and block * size < threshold:
+        if block >= 0 and not within(SCATTER, block * size):
             block = -1
         pool = pool_of(self) if block >= 0 else None
         if pool is None:
@@ -775,20 +807,22 @@ class CommBase(_Intracomm):
         recv_sizes[root] = block
         recv_addrs[root] = send_addrs[root] if recv is None else recv.address
         try:
-            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, False, "Scatter")
+            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, block, "Scatter")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(SCATTER, block * size, t0)
 
     def Scatterv(self, sendbuf, recvbuf, int root=0):
-        """Scatter Vector.  As for Gatherv: always through the pool for
-        supported types, its length agreed in a header step."""
+        """Scatter Vector: the ranks agree on the path and length in a
+        header step, as for Gatherv."""
         ensure_configured()
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        ok = not disabled and 0 <= root < size
+        cdef uint64_t local = 0, agreed = 0
+        eligible = not disabled and lo[SCATTERV] != NEVER and 0 <= root < size
         counts = displs = None
+        ok = eligible
         if ok and rank == root:
             vec = parse_vector(sendbuf, False, size)
             if vec is None:
@@ -800,7 +834,16 @@ class CommBase(_Intracomm):
             ok = recv is not None and (rank != root or
                                        recv.count * recv.itemsize ==
                                        counts[rank] * send.itemsize)
-        pool = pool_of(self) if ok else None
+        if ok:
+            if rank == root:
+                local = 1 + max(counts) * send.itemsize
+            else:
+                local = 1 + recv.count * recv.itemsize
+        pool = pool_of(self) if eligible else None
+        if pool is not None:
+            agreed = header(self, pool, local)
+            if agreed == 0 or not within(SCATTERV, (agreed - 1) * size):
+                pool = None
         if pool is None:
             _Stock.Scatterv(self, sendbuf, recvbuf, root)
             passed(SCATTERV, t0)
@@ -820,7 +863,8 @@ class CommBase(_Intracomm):
         else:
             recv_addrs[root], recv_sizes[root] = recv.address, recv.count * recv.itemsize
         try:
-            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, True, "Scatterv")
+            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
+                          "Scatterv")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
@@ -836,7 +880,7 @@ class CommBase(_Intracomm):
             recv = parse(recvbuf, True, size)
             if recv is not None:
                 block = recv.count * recv.itemsize
-                if block * size < threshold:
+                if not within(ALLTOALL, block * size):
                     block = -1
                 elif sendbuf is not _IN_PLACE:
                     send = parse(sendbuf, False, size)
@@ -854,39 +898,47 @@ class CommBase(_Intracomm):
             [send.address + d * block for d in range(size)]
         sizes = [block] * size
         try:
-            pool.exchange(send_addrs, sizes, recv_addrs, sizes, False, "Alltoall")
+            pool.exchange(send_addrs, sizes, recv_addrs, sizes, block, "Alltoall")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(ALLTOALL, block * size, t0)
 
     def Alltoallv(self, sendbuf, recvbuf):
-        """All to All Scatter/Gather Vector.  No rank knows every count:
-        always through the pool for supported types, its length agreed in a
-        header step.  IN_PLACE passes through."""
+        """All to All Scatter/Gather Vector: no rank knows every count, so
+        the ranks agree on the path and length in a header step, as for
+        Gatherv.  IN_PLACE passes through (on every rank: it is required
+        to match)."""
         ensure_configured()
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
-        ok = not disabled and sendbuf is not _IN_PLACE
-        if ok:
+        cdef uint64_t local = 0, agreed = 0
+        eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
+        rvec = svec = None
+        if eligible:
             rvec = parse_vector(recvbuf, True, size)
             svec = parse_vector(sendbuf, False, size)
-            ok = rvec is not None and svec is not None
-        pool = pool_of(self) if ok else None
+            if rvec is not None and svec is not None:
+                send, scounts, sdispls = svec
+                recv, rcounts, rdispls = rvec
+                local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
+        pool = pool_of(self) if eligible else None
+        if pool is not None:
+            agreed = header(self, pool, local)
+            if agreed == 0 or not within(ALLTOALLV, (agreed - 1) * size):
+                pool = None
         if pool is None:
             _Stock.Alltoallv(self, sendbuf, recvbuf)
             passed(ALLTOALLV, t0)
             return
         if not time_all:
             t0 = now()
-        send, scounts, sdispls = svec
-        recv, rcounts, rdispls = rvec
         si, ri = send.itemsize, recv.itemsize
         try:
             pool.exchange([send.address + d * si for d in sdispls],
                           [c * si for c in scounts],
                           [recv.address + d * ri for d in rdispls],
-                          [c * ri for c in rcounts], True, "Alltoallv")
+                          [c * ri for c in rcounts], agreed - 1, "Alltoallv")
         except PoolFailure as exc:
             raise run_failed(self, exc) from None
         pooled(ALLTOALLV, send.count * si, t0)
@@ -909,7 +961,8 @@ class CommBase(_Intracomm):
                 if send is None or send.count != recv.count or \
                         send.datatype.handle != recv.datatype.handle:
                     recv = None
-            if recv is None or recv.count * recv.itemsize * size < threshold or \
+            if recv is None or \
+                    not within(REDUCE_SCATTER_BLOCK, recv.count * recv.itemsize * size) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
         pool = pool_of(self) if recv is not None else None
@@ -955,7 +1008,7 @@ class CommBase(_Intracomm):
                 if send is None or send.count != total or recv.count != counts[rank] \
                         or send.datatype.handle != recv.datatype.handle:
                     recv = None
-            if recv is None or total * recv.itemsize < threshold or \
+            if recv is None or not within(REDUCE_SCATTER, total * recv.itemsize) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
         pool = pool_of(self) if recv is not None else None
@@ -983,7 +1036,7 @@ class CommBase(_Intracomm):
         """Inclusive Scan: rank r gets x0 op ... op xr."""
         ensure_configured()
         cdef double t0 = start()
-        plan = plan_reduce(sendbuf, recvbuf, op, True)
+        plan = plan_reduce(SCAN, sendbuf, recvbuf, op, True)
         pool = pool_of(self) if plan is not None else None
         if pool is None:
             _Stock.Scan(self, sendbuf, recvbuf, op)
@@ -1004,7 +1057,7 @@ class CommBase(_Intracomm):
         buffer is left as it was (MPI leaves it undefined)."""
         ensure_configured()
         cdef double t0 = start()
-        plan = plan_reduce(sendbuf, recvbuf, op, True)
+        plan = plan_reduce(EXSCAN, sendbuf, recvbuf, op, True)
         pool = pool_of(self) if plan is not None else None
         if pool is None:
             _Stock.Exscan(self, sendbuf, recvbuf, op)

@@ -57,7 +57,8 @@ def slot_nbytes(nranks: int = SIZE) -> int:
 def sizes_bytes() -> list[int]:
     """Message sizes that matter: 0, tiny, odd, around the threshold, several
     chunks, and larger than a slot."""
-    thr, bthr = CFG.threshold, CFG.bcast_threshold
+    thr = CFG.threshold
+    bthr = (CFG.windows()["bcast"] or (thr, None))[0]
     chunk = CFG.chunk_size
     return sorted({0, 1, 8, 56, thr - 8, thr, thr + 8, bthr - 8, bthr, bthr + 8,
                    3 * chunk + 24,

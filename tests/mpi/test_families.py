@@ -239,3 +239,32 @@ def test_every_family_used_the_pool(comm):
              "scan", "exscan"]
     unused = [name for name in names if pool_calls(name) == 0]
     agree(not unused, f"never through the pool: {unused}")
+
+
+def test_v_variants_agree_when_one_rank_declines(comm):
+    """One rank uses a derived datatype (legal: the type signatures match):
+    the header step makes every rank take the MPI path together."""
+    dt = MPI.DOUBLE.Create_contiguous(1).Commit()
+    try:
+        counts = [3 + q for q in range(SIZE)]
+        total = sum(counts)
+        mine = make_data(np.float64, counts[RANK], 62)
+        want = np.zeros(total)
+        got = np.zeros(total)
+        for root in range(SIZE):
+            PLAIN.Gatherv(mine, [want, counts, None, MPI.DOUBLE] if RANK == root else None,
+                          root)
+            rtype = dt if RANK == root else MPI.DOUBLE
+            comm.Gatherv(mine, [got, counts, None, rtype] if RANK == root else None, root)
+            agree(RANK != root or np.array_equal(got, want), f"Gatherv root={root}")
+        scounts = [1 + (RANK + d) % 3 for d in range(SIZE)]
+        rcounts = [1 + (q + RANK) % 3 for q in range(SIZE)]
+        send = make_data(np.float64, sum(scounts), 63)
+        want = np.zeros(sum(rcounts))
+        got = np.zeros(sum(rcounts))
+        PLAIN.Alltoallv([send, scounts], [want, rcounts])
+        comm.Alltoallv([send, scounts, None, dt if RANK == 0 else MPI.DOUBLE],
+                       [got, rcounts])
+        agree(np.array_equal(got, want), "Alltoallv with one derived type")
+    finally:
+        dt.Free()
