@@ -171,8 +171,8 @@ COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
 # = CXLMPI_THRESHOLD / no upper bound; None: never through the pool.
 BUILTIN_WINDOWS: dict[str, list[int | None] | None] = {
     "bcast": [256 << 10, None],
-    "allgather": [None, 4 << 20],
-    "allgatherv": [None, 4 << 20],
+    "allgather": [None, 512 << 10],
+    "allgatherv": [None, 512 << 10],
     "gather": None,
     "gatherv": None,
     "scatter": None,

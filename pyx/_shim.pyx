@@ -611,7 +611,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        if not disabled:
+        if not disabled and lo[ALLGATHER] != NEVER:
             recv = parse(recvbuf, True, size)
             if recv is not None and within(ALLGATHER, recv.count * recv.itemsize * size):
                 if sendbuf is not _IN_PLACE:
@@ -643,7 +643,7 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
         vec = None
-        if not disabled:
+        if not disabled and lo[ALLGATHERV] != NEVER:
             vec = parse_vector(recvbuf, True, size)
             if vec is not None:
                 recv, counts, displs = vec
@@ -678,7 +678,7 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
         cdef Py_ssize_t block = -1
-        if not disabled and 0 <= root < size:
+        if not disabled and lo[GATHER] != NEVER and 0 <= root < size:
             if rank == root:
                 recv = parse(recvbuf, True, size)
                 if recv is not None:
@@ -775,7 +775,7 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
         cdef Py_ssize_t block = -1
-        if not disabled and 0 <= root < size:
+        if not disabled and lo[SCATTER] != NEVER and 0 <= root < size:
             if rank == root:
                 send = parse(sendbuf, False, size)
                 if send is not None:
@@ -876,7 +876,7 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
         cdef Py_ssize_t block = -1
-        if not disabled:
+        if not disabled and lo[ALLTOALL] != NEVER:
             recv = parse(recvbuf, True, size)
             if recv is not None:
                 block = recv.count * recv.itemsize
