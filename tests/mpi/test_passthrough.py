@@ -1,0 +1,121 @@
+"""What the pool does not take passes through unchanged: nonblocking and
+persistent collectives, Alltoallw, neighborhood collectives, derived
+datatypes, intercommunicators -- results equal to stock on the same data,
+also when mixed with pool collectives on the same communicator."""
+
+from __future__ import annotations
+
+import numpy as np
+from common import PLAIN, RANK, SIZE, agree, counts_for, make_data, same
+from mpi4py import MPI
+
+import cxlmpi
+
+
+def test_nonblocking_mixed_with_pool_calls(comm):
+    n = counts_for(np.float64)[-1]
+    a = make_data(np.float64, n, 70)
+    want = np.zeros(n)
+    PLAIN.Allreduce(a, want)
+    got_nb, got_pool, got_b = np.zeros(n), np.zeros(n), np.zeros(n)
+    bsrc = make_data(np.float64, n, 71, rank=0)
+    bbuf = bsrc.copy() if RANK == 0 else np.zeros(n)
+    reqs = [comm.Iallreduce(a, got_nb), comm.Ibcast(bbuf, 0), comm.Ibarrier()]
+    comm.Allreduce(a, got_pool)          # a pool collective while they are pending
+    # complete them in another order than they were started
+    reqs[2].Wait()
+    MPI.Request.Waitall(reqs[:2][::-1])
+    got_b[:] = bbuf
+    agree(same(got_nb, want, MPI.SUM) and same(got_pool, want, MPI.SUM)
+          and np.array_equal(got_b, bsrc), "nonblocking mixed with pool calls")
+    # the other nonblocking collectives, against their blocking stock twins
+    blk = max(1, n // SIZE)
+    s = make_data(np.float64, blk * SIZE, 72)
+    out, ref = np.zeros(blk * SIZE), np.zeros(blk * SIZE)
+    comm.Ialltoall(s, out).Wait()
+    PLAIN.Alltoall(s, ref)
+    ok = np.array_equal(out, ref)
+    out, ref = np.zeros(blk * SIZE), np.zeros(blk * SIZE)
+    comm.Iallgather(s[:blk], out).Wait()
+    PLAIN.Allgather(s[:blk], ref)
+    ok &= np.array_equal(out, ref)
+    out, ref = np.zeros(blk), np.zeros(blk)
+    req = comm.Ireduce_scatter_block(s, out)
+    while not req.Test():
+        pass
+    PLAIN.Reduce_scatter_block(s, ref)
+    ok &= same(out, ref, MPI.SUM)
+    agree(ok, "Ialltoall/Iallgather/Ireduce_scatter_block")
+
+
+def test_persistent_collective(comm):
+    n = counts_for(np.float64)[-1]
+    a = make_data(np.float64, n, 73)
+    got = np.zeros(n)
+    req = comm.Allreduce_init(a, got)
+    ok = True
+    for step in range(3):
+        a[:] = make_data(np.float64, n, 74 + step)
+        want = np.zeros(n)
+        PLAIN.Allreduce(a, want)
+        req.Start()
+        req.Wait()
+        ok &= same(got, want, MPI.SUM)
+    req.Free()
+    agree(ok, "Allreduce_init")
+
+
+def test_alltoallw_and_derived_types(comm):
+    n = 5
+    send = make_data(np.float64, n * SIZE, 75)
+    want, got = np.zeros(n * SIZE), np.zeros(n * SIZE)
+    counts = [n] * SIZE
+    bdispls = [8 * n * q for q in range(SIZE)]
+    types = [MPI.DOUBLE] * SIZE
+    PLAIN.Alltoallw([send, counts, bdispls, types], [want, counts, bdispls, types])
+    comm.Alltoallw([send, counts, bdispls, types], [got, counts, bdispls, types])
+    ok = np.array_equal(got, want)
+    # a strided (non-contiguous) derived datatype, used on every rank
+    vec = MPI.DOUBLE.Create_vector(counts_for(np.float64)[-1] // 2, 1, 2).Commit()
+    m = counts_for(np.float64)[-1] // 2 * 2
+    data = make_data(np.float64, m, 76)
+    want = data.copy() if RANK == 0 else np.zeros(m)
+    got = data.copy() if RANK == 0 else np.zeros(m)
+    PLAIN.Bcast([want, 1, vec], 0)
+    comm.Bcast([got, 1, vec], 0)
+    vec.Free()
+    agree(ok and np.array_equal(got, want), "Alltoallw / strided Bcast")
+
+
+def test_neighborhood_collectives(comm):
+    cart = comm.Create_cart([SIZE], periods=[True])
+    try:
+        agree(not isinstance(cart, cxlmpi.CXLComm), "topology comms stay stock")
+        send = make_data(np.float64, 64, 77)
+        want, got = np.zeros(128), np.zeros(128)
+        plain_cart = PLAIN.Create_cart([SIZE], periods=[True])
+        plain_cart.Neighbor_allgather(send, want)
+        plain_cart.Free()
+        cart.Neighbor_allgather(send, got)
+        agree(np.array_equal(got, want), "Neighbor_allgather")
+    finally:
+        cart.Free()
+
+
+def test_intercommunicator_collectives(comm):
+    if SIZE < 2:
+        return
+    local = comm.Split(RANK % 2, RANK)
+    inter = local.Create_intercomm(0, comm, 1 - RANK % 2, tag=7)
+    try:
+        agree(not isinstance(inter, cxlmpi.CXLComm), "intercomm stays stock")
+        n = counts_for(np.float64)[-1]
+        a = make_data(np.float64, n, 78)
+        got = np.zeros(n)
+        inter.Allreduce(a, got)  # sum over the remote group
+        remote = [q for q in range(SIZE) if q % 2 != RANK % 2]
+        want = sum(make_data(np.float64, n, 78, rank=q) for q in remote)
+        agree(np.allclose(got, want), "intercomm Allreduce")
+    finally:
+        inter.Free()
+        local.Free()
