@@ -22,7 +22,7 @@ def _random_program(comms, plains, steps: int, seed: int) -> bool:
         size, rank = comm.Get_size(), comm.Get_rank()
         count = int(rng.choice(counts))
         root = int(rng.integers(1 << 30)) % size  # same draws whatever the size
-        kind = int(rng.integers(4))
+        kind = int(rng.integers(9))
         dtype = [np.float64, np.int32, np.complex128, np.int8][int(rng.integers(4))]
         data = make_data(dtype, count, step)
         if kind == 0:
@@ -42,8 +42,32 @@ def _random_program(comms, plains, steps: int, seed: int) -> bool:
             plain.Reduce(data, want, MPI.SUM, root)
             comm.Reduce(data, got, MPI.SUM, root)
             ok &= rank != root or same(got, want, MPI.SUM)
-        else:
+        elif kind == 3:
             comm.Barrier()
+        else:
+            block = max(0, count // size)
+            name = ["Allgather", "Alltoall", "Reduce_scatter_block", "Scan",
+                    "Gather"][kind - 4]
+            if name in ("Allgather", "Gather"):
+                send = data[:block]
+                want, got = np.zeros(block * size, dtype), np.zeros(block * size, dtype)
+            elif name == "Scan":
+                send = data
+                want, got = np.zeros_like(data), np.zeros_like(data)
+            elif name == "Alltoall":
+                send = data[:block * size]
+                want, got = np.zeros_like(send), np.zeros_like(send)
+            else:
+                send = data[:block * size]
+                want, got = np.zeros(block, dtype), np.zeros(block, dtype)
+            if name == "Gather":
+                plain.Gather(send, want, root)
+                comm.Gather(send, got, root)
+                ok &= rank != root or bool(np.array_equal(got, want))
+            else:
+                getattr(plain, name)(send, want)
+                getattr(comm, name)(send, got)
+                ok &= same(got, want, MPI.SUM)
     return ok
 
 
