@@ -86,21 +86,13 @@ def pool_for(comm: MPI.Intracomm) -> Pool | None:
     """The pool of `comm`, set up on first use (collective then: every rank
     must call it at the same point), or None when its ranks share no pool.
     Raises the error that broke the pool, if one did."""
-    state = _states.get(comm.handle)
-    if state is None:
-        state = _state_for(comm)
-    if state.error is not None:
-        raise state.error
-    return state.pool
+    return _shim.pool_of(comm)
 
 
 def run_pool(comm: MPI.Intracomm, pool: Pool, method: str, *args: Any) -> Any:
     """Call `pool.<method>(*args)`, turning an algorithm failure into the
     CXLMPIError the user sees (timeout, dead peer)."""
-    try:
-        return getattr(pool, method)(*args)
-    except PoolFailure as exc:
-        raise _fail(comm, _states[comm.handle], exc) from None
+    return _shim.run(comm, getattr(pool, method), *args)
 
 
 class CXLComm(_shim.CommBase):

@@ -459,9 +459,10 @@ def bind(state_for, fail):
     _fail = fail
 
 
-cdef inline object pool_of(object comm):
-    """The pool of `comm`, set up collectively on first use; None when its
-    ranks share no pool."""
+cpdef object pool_of(object comm):
+    """The pool of `comm`, set up on first use (collective then: every rank
+    must call it at the same point); None when its ranks share no pool.
+    Raises the error that broke the pool, if one did."""
     state = _states.get(comm.handle)
     if state is None:
         state = _state_for(comm)
@@ -470,16 +471,32 @@ cdef inline object pool_of(object comm):
     return state.pool
 
 
-cdef uint64_t header(object comm, object pool, uint64_t local) except? 0:
-    """The header step of a v-collective (see Gatherv)."""
-    try:
-        return pool.agree(local)
-    except PoolFailure as exc:
-        raise run_failed(comm, exc) from None
+cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size):
+    """(pool, agreed) for a v-collective, or (None, 0) for MPI: in a header
+    step every rank publishes 1 + its largest block (0: it cannot take the
+    pool path) and all decide alike from the maximum."""
+    if not eligible:
+        return None, 0
+    pool = pool_of(comm)
+    if pool is None:
+        return None, 0
+    cdef uint64_t agreed = run(comm, pool.agree, local)
+    if agreed == 0 or not within(which, (agreed - 1) * size):
+        return None, 0
+    return pool, agreed
 
 
 cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
+
+
+def run(comm, method, *args):
+    """Call a pool algorithm, turning its failure into the error the user
+    sees (a timeout naming the missing ranks, a dead peer)."""
+    try:
+        return method(*args)
+    except PoolFailure as exc:
+        raise run_failed(comm, exc) from None
 
 
 cdef inline object plan_reduce(int which, object sendbuf, object recvbuf,
@@ -553,10 +570,7 @@ class CommBase(_Intracomm):
             return
         if not time_all:
             t0 = now()
-        try:
-            pool.bcast(msg.address, msg.count * msg.itemsize, root)
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.bcast, msg.address, msg.count * msg.itemsize, root)
         pooled(BCAST, msg.count * msg.itemsize, t0)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
@@ -575,11 +589,8 @@ class CommBase(_Intracomm):
         send, recv, opc = plan
         if not time_all:
             t0 = now()
-        try:
-            pool.reduce(send.address, recv.address if recv is not None else 0,
-                        send.count, send.itemsize, opc, send.tcode, root)
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.reduce, send.address, recv.address if recv is not None else 0, send.count,
+            send.itemsize, opc, send.tcode, root)
         pooled(REDUCE, send.count * send.itemsize, t0)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
@@ -596,11 +607,8 @@ class CommBase(_Intracomm):
         send, recv, opc = plan
         if not time_all:
             t0 = now()
-        try:
-            pool.reduce(send.address, recv.address, send.count, send.itemsize,
-                        opc, send.tcode, -1)
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.reduce, send.address, recv.address, send.count, send.itemsize, opc,
+            send.tcode, -1)
         pooled(ALLREDUCE, send.count * send.itemsize, t0)
 
     # -------------------------------------------- gather / scatter / all-to-all
@@ -630,10 +638,7 @@ class CommBase(_Intracomm):
         block = recv.count * recv.itemsize
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
-        try:
-            pool.gather(sendaddr, block, addrs, [block] * size, -1, block, "Allgather")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.gather, sendaddr, block, addrs, [block] * size, -1, block, "Allgather")
         pooled(ALLGATHER, block * size, t0)
 
     def Allgatherv(self, sendbuf, recvbuf):
@@ -665,10 +670,7 @@ class CommBase(_Intracomm):
         addrs = [recv.address + d * item for d in displs]
         sizes = [c * item for c in counts]
         sendaddr = addrs[rank] if send is None else send.address
-        try:
-            pool.gather(sendaddr, sizes[rank], addrs, sizes, -1, max(sizes), "Allgatherv")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.gather, sendaddr, sizes[rank], addrs, sizes, -1, max(sizes), "Allgatherv")
         pooled(ALLGATHERV, recv.count * item, t0)
 
     def Gather(self, sendbuf, recvbuf, int root=0):
@@ -705,10 +707,7 @@ class CommBase(_Intracomm):
         else:
             addrs = [0] * size
         sendaddr = addrs[rank] if send is None else send.address
-        try:
-            pool.gather(sendaddr, block, addrs, [block] * size, root, block, "Gather")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.gather, sendaddr, block, addrs, [block] * size, root, block, "Gather")
         pooled(GATHER, block * size, t0)
 
     def Gatherv(self, sendbuf, recvbuf, int root=0):
@@ -720,7 +719,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        cdef uint64_t local = 0, agreed = 0
+        cdef uint64_t local = 0
         eligible = not disabled and lo[GATHERV] != NEVER and 0 <= root < size
         counts = displs = None
         ok = eligible
@@ -740,11 +739,7 @@ class CommBase(_Intracomm):
                 local = 1 + max(counts) * recv.itemsize
             else:
                 local = 1 + send.count * send.itemsize
-        pool = pool_of(self) if eligible else None
-        if pool is not None:
-            agreed = header(self, pool, local)
-            if agreed == 0 or not within(GATHERV, (agreed - 1) * size):
-                pool = None
+        pool, agreed = settle(self, GATHERV, eligible, local, size)
         if pool is None:
             _Stock.Gatherv(self, sendbuf, recvbuf, root)
             passed(GATHERV, t0)
@@ -762,10 +757,7 @@ class CommBase(_Intracomm):
             sizes = [0] * size
             sendaddr = send.address
             nbytes = send.count * send.itemsize
-        try:
-            pool.gather(sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.gather, sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv")
         pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
 
     def Scatter(self, sendbuf, recvbuf, int root=0):
@@ -806,10 +798,7 @@ class CommBase(_Intracomm):
         recv_addrs, recv_sizes = list(zeros), list(zeros)
         recv_sizes[root] = block
         recv_addrs[root] = send_addrs[root] if recv is None else recv.address
-        try:
-            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, block, "Scatter")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, block, "Scatter")
         pooled(SCATTER, block * size, t0)
 
     def Scatterv(self, sendbuf, recvbuf, int root=0):
@@ -819,7 +808,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        cdef uint64_t local = 0, agreed = 0
+        cdef uint64_t local = 0
         eligible = not disabled and lo[SCATTERV] != NEVER and 0 <= root < size
         counts = displs = None
         ok = eligible
@@ -839,11 +828,7 @@ class CommBase(_Intracomm):
                 local = 1 + max(counts) * send.itemsize
             else:
                 local = 1 + recv.count * recv.itemsize
-        pool = pool_of(self) if eligible else None
-        if pool is not None:
-            agreed = header(self, pool, local)
-            if agreed == 0 or not within(SCATTERV, (agreed - 1) * size):
-                pool = None
+        pool, agreed = settle(self, SCATTERV, eligible, local, size)
         if pool is None:
             _Stock.Scatterv(self, sendbuf, recvbuf, root)
             passed(SCATTERV, t0)
@@ -862,11 +847,8 @@ class CommBase(_Intracomm):
             recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
         else:
             recv_addrs[root], recv_sizes[root] = recv.address, recv.count * recv.itemsize
-        try:
-            pool.exchange(send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
-                          "Scatterv")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
+            "Scatterv")
         pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
 
     def Alltoall(self, sendbuf, recvbuf):
@@ -897,10 +879,7 @@ class CommBase(_Intracomm):
         send_addrs = recv_addrs if send is None else \
             [send.address + d * block for d in range(size)]
         sizes = [block] * size
-        try:
-            pool.exchange(send_addrs, sizes, recv_addrs, sizes, block, "Alltoall")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.exchange, send_addrs, sizes, recv_addrs, sizes, block, "Alltoall")
         pooled(ALLTOALL, block * size, t0)
 
     def Alltoallv(self, sendbuf, recvbuf):
@@ -912,7 +891,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
-        cdef uint64_t local = 0, agreed = 0
+        cdef uint64_t local = 0
         eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
         rvec = svec = None
         if eligible:
@@ -922,11 +901,7 @@ class CommBase(_Intracomm):
                 send, scounts, sdispls = svec
                 recv, rcounts, rdispls = rvec
                 local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
-        pool = pool_of(self) if eligible else None
-        if pool is not None:
-            agreed = header(self, pool, local)
-            if agreed == 0 or not within(ALLTOALLV, (agreed - 1) * size):
-                pool = None
+        pool, agreed = settle(self, ALLTOALLV, eligible, local, size)
         if pool is None:
             _Stock.Alltoallv(self, sendbuf, recvbuf)
             passed(ALLTOALLV, t0)
@@ -934,13 +909,9 @@ class CommBase(_Intracomm):
         if not time_all:
             t0 = now()
         si, ri = send.itemsize, recv.itemsize
-        try:
-            pool.exchange([send.address + d * si for d in sdispls],
-                          [c * si for c in scounts],
-                          [recv.address + d * ri for d in rdispls],
-                          [c * ri for c in rcounts], agreed - 1, "Alltoallv")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.exchange, [send.address + d * si for d in sdispls],
+            [c * si for c in scounts], [recv.address + d * ri for d in rdispls],
+            [c * ri for c in rcounts], agreed - 1, "Alltoallv")
         pooled(ALLTOALLV, send.count * si, t0)
 
     # ------------------------------------------------- reduce-scatter, scans
@@ -974,12 +945,8 @@ class CommBase(_Intracomm):
             t0 = now()
         block = recv.count * recv.itemsize
         base = recv.address if send is None else send.address
-        try:
-            pool.reduce_scatter([base + d * block for d in range(size)],
-                                [recv.count] * size, recv.address, recv.itemsize,
-                                opc, recv.tcode, send is None, "Reduce_scatter_block")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.reduce_scatter, [base + d * block for d in range(size)], [recv.count] * size,
+            recv.address, recv.itemsize, opc, recv.tcode, send is None, "Reduce_scatter_block")
         pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
@@ -1025,11 +992,8 @@ class CommBase(_Intracomm):
         for c in counts:
             addrs.append(base + acc * item)
             acc += c
-        try:
-            pool.reduce_scatter(addrs, counts, recv.address, item, opc, recv.tcode,
-                                send is None, "Reduce_scatter")
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.reduce_scatter, addrs, counts, recv.address, item, opc, recv.tcode,
+            send is None, "Reduce_scatter")
         pooled(REDUCE_SCATTER, sum(counts) * item, t0)
 
     def Scan(self, sendbuf, recvbuf, op=MPI.SUM):
@@ -1045,11 +1009,8 @@ class CommBase(_Intracomm):
         if not time_all:
             t0 = now()
         send, recv, opc = plan
-        try:
-            pool.scan(send.address, recv.address, send.count, send.itemsize, opc,
-                      send.tcode, False)
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
+            False)
         pooled(SCAN, send.count * send.itemsize, t0)
 
     def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
@@ -1066,9 +1027,6 @@ class CommBase(_Intracomm):
         if not time_all:
             t0 = now()
         send, recv, opc = plan
-        try:
-            pool.scan(send.address, recv.address, send.count, send.itemsize, opc,
-                      send.tcode, True)
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
+        run(self, pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
+            True)
         pooled(EXSCAN, send.count * send.itemsize, t0)
