@@ -159,20 +159,23 @@ def test_run_cmd_can_pickle_its_own_classes() -> None:
     ("exit", "start", "barrier"),
     ("exit", "pool", "allreduce"),
 ])
-def test_failure_in_one_rank_aborts_job(action: str, when: str, then: str) -> None:
+def test_failure_in_one_rank_aborts_job(action: str, when: str, then: str,
+                                        tmp_path) -> None:
     """An uncaught exception or sys.exit(3) in rank 1 only aborts the whole
     job at once (the others are blocked in a collective) and leaves no
     segment behind.  (That rank 1's traceback reaches stderr is checked by
     test_failure_traceback_reaches_stderr.)"""
     before = our_segments()
+    pool_file = tmp_path / "pool-name"
     job = launch_mpi(NRANKS, ["-m", "cxlmpi", FAILING, action, when, then],
-                     env=NO_POOL_TIMEOUT, timeout=FAIL_TIMEOUT)
+                     env={**NO_POOL_TIMEOUT, "FAILING_POOL_FILE": str(pool_file)},
+                     timeout=FAIL_TIMEOUT)
     assert not job.timed_out, job.describe()
     assert job.returncode != 0, job.describe()
     assert job.seconds < PROMPT, job.describe()
     assert "SURVIVED" not in job.stdout, job.describe()
-    if when == "pool":
-        assert tagged(job.stdout, "POOL").lstrip("/").startswith("cxlmpi-")
+    if when == "pool":  # the premise: the pool existed when rank 1 failed
+        assert pool_file.read_text().lstrip("/").startswith("cxlmpi-"), job.describe()
     assert leaked_segments(before) == []
 
 
@@ -207,18 +210,20 @@ def test_exit_status_of_sys_exit_is_kept() -> None:
 
 
 @pytest.mark.parametrize("then", ["allreduce", "barrier"])
-def test_killed_rank_stops_job_and_leaves_no_segment(then: str) -> None:
+def test_killed_rank_stops_job_and_leaves_no_segment(then: str, tmp_path) -> None:
     """Rank 1 is SIGKILLed right after the pool exists while rank 0 waits in
     the next pool collective: the job stops with an error (cxlmpi's dead-peer
     check or the launcher's abort), never hangs, and no segment remains."""
     before = our_segments()
+    pool_file = tmp_path / "pool-name"
     job = launch_mpi(NRANKS, ["-m", "cxlmpi", FAILING, "kill", "pool", then],
-                     env=NO_POOL_TIMEOUT, timeout=FAIL_TIMEOUT)
+                     env={**NO_POOL_TIMEOUT, "FAILING_POOL_FILE": str(pool_file)},
+                     timeout=FAIL_TIMEOUT)
     assert not job.timed_out, job.describe()
     assert job.returncode != 0, job.describe()
     assert job.seconds < PROMPT, job.describe()
     assert "SURVIVED" not in job.stdout, job.describe()
-    pool = tagged(job.stdout, "POOL").lstrip("/")
+    pool = pool_file.read_text().lstrip("/")
     assert pool.startswith("cxlmpi-") and pool not in our_segments()
     assert leaked_segments(before) == []
 

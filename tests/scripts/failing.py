@@ -46,6 +46,12 @@ def main() -> None:
             state = cxl.comm._states.get(comm.handle)
             if state is not None and state.pool is not None:
                 say(f"POOL {state.pool.name}")
+                # also in a file: an abort may end the job before the
+                # launcher forwards this rank's output (seen with Open MPI)
+                path = os.environ.get("FAILING_POOL_FILE")
+                if path:
+                    with open(path, "w") as f:
+                        f.write(state.pool.name)
     if rank == 1:
         if action == "raise":
             raise RuntimeError("deliberate failure in rank 1")
