@@ -3,12 +3,14 @@
 One method per intercepted collective.  Each asks the dispatcher whether the
 call is the pool's; if so one compiled call runs the whole algorithm without
 the GIL, otherwise the call goes to stock mpi4py unchanged.  Every decision
-uses only what MPI requires to match on all ranks (see dispatch.py).
+uses only what MPI requires to match on all ranks (see dispatch.py).  The
+lower-case object methods (bcast, gather, ...) delegate to cxlmpi.objects.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from mpi4py import MPI
 
@@ -51,8 +53,10 @@ _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
 
 
 def _state_for(comm: MPI.Intracomm) -> _State:
-    """Collective: set up the pool state of `comm` on its first pool call."""
-    state = _State(create_pool(comm))
+    """Collective: set up the pool state of `comm` on its first pool call.
+    The set-up talks through a plain Intracomm on the same handle: its
+    lower-case (object) collectives must not come back here."""
+    state = _State(create_pool(MPI.Intracomm(comm)))
     _states[comm.handle] = state
     comm.Set_attr(_KEYVAL, state)
     return state
@@ -133,6 +137,40 @@ class CXLComm(_shim.CommBase):
         return cls(MPI.Intracomm.Create_from_group(group, stringtag, info,
                                                    errhandler))
 
+    # ------------------------------------------ object (pickle) collectives
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Broadcast (a large pickle through the pool)."""
+        return _objects.bcast(self, obj, root)
+
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """Gather (large pickles through the pool)."""
+        return _objects.gather(self, sendobj, root)
+
+    def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
+        """Scatter (large pickles through the pool)."""
+        return _objects.scatter(self, sendobj, root)
+
+    def allgather(self, sendobj: Any) -> list[Any]:
+        """Gather to All (large pickles through the pool)."""
+        return _objects.allgather(self, sendobj)
+
+    def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
+        """All to All Scatter/Gather (large pickles through the pool)."""
+        return _objects.alltoall(self, sendobj)
+
+    def reduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM,
+               root: int = 0) -> Any | None:
+        """Reduce to Root (large pickles gathered through the pool)."""
+        return _objects.reduce(self, sendobj, op, root)
+
+    def allreduce(self, sendobj: Any,
+                  op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM) -> Any:
+        """Reduce to All (large pickles through the pool)."""
+        return _objects.allreduce(self, sendobj, op)
+
+    # ------------------------------------------------------------- misc
+
     def free(self) -> None:
         """Call `Free` unless null or predefined (COMM_WORLD, COMM_SELF)."""
         if self.handle in (MPI.COMM_WORLD.handle, MPI.COMM_SELF.handle):
@@ -170,3 +208,7 @@ def wrap(comm: MPI.Comm) -> MPI.Comm:
     if type(comm) is MPI.Comm and comm != MPI.COMM_NULL and not comm.Is_inter():
         return CXLComm(comm)
     return comm
+
+
+# The object collectives build on pool_for/run_pool above (import cycle).
+from . import objects as _objects  # noqa: E402
