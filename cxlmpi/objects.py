@@ -133,7 +133,8 @@ def _load(block: _Block) -> Any:
 
 def _pool(comm: MPI.Intracomm) -> Pool | None:
     """The pool of `comm` (collective on first use), or None: pass through."""
-    if config.get().disable or comm.Get_size() < 2:
+    cfg = config.get()
+    if cfg.disable or not cfg.objects or comm.Get_size() < 2:
         return None
     return pool_for(comm)
 

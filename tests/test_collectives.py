@@ -25,7 +25,7 @@ def test_collectives_default_pool(nranks: int) -> None:
     through the pool, one chunk up to 256 KiB)."""
     run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                      "tests/mpi", "-k", "not exhaustive"],
-            env={"CXLMPI_TIMEOUT": "60"})
+            env={"CXLMPI_TIMEOUT": "60", "CXLMPI_OBJECTS": "1"})
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

@@ -12,10 +12,16 @@ import threading
 
 import numpy as np
 import pytest
-from common import CFG, PLAIN, RANK, SIZE, agree, pool_expected
+from common import CFG, PLAIN, RANK, SIZE, agree
+from common import pool_expected as _pool_expected
 from mpi4py import MPI
 
 from cxlmpi import objects
+
+
+def pool_expected() -> bool:
+    """Large objects go through the pool (CXLMPI_OBJECTS=1 switches it on)."""
+    return _pool_expected() and CFG.objects
 
 # Size classes of the test objects.  "tiny" pickles below the test pool's
 # threshold (64 bytes); "medium" is a few KiB (above both the test and the
