@@ -52,6 +52,8 @@ def main() -> None:
                 if path:
                     with open(path, "w") as f:
                         f.write(state.pool.name)
+    if when == "pool":
+        comm.Barrier()  # rank 0 has written the pool's name before rank 1 fails
     if rank == 1:
         if action == "raise":
             raise RuntimeError("deliberate failure in rank 1")
