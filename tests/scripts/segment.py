@@ -1,0 +1,93 @@
+"""What a rank can see of its pool segment once the pool is set up
+(tests/test_reliability.py).
+
+    segment.py [COUNT]
+
+Runs one large Allreduce on a wrapped dup of COMM_WORLD (COUNT float64
+elements, compared with stock MPI on the same handle), then looks at its own
+process: the pool's name (from cxlmpi's state), every ``cxlmpi-`` line of
+/proc/self/maps, whether /dev/shm/<name> still exists (os.stat), and the
+segment's mode and owner through /proc/self/map_files when this process may
+read it.  Rank 0 prints ``SEGMENT <json>``, one report per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import cxlmpi
+from cxlmpi.comm import _states
+
+
+def say(line: str) -> None:
+    """Print `line` in one write: ranks' lines never interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def pool_mappings() -> list[dict]:
+    """This process's mappings of cxlmpi segments, from /proc/self/maps."""
+    found = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or "/cxlmpi-" not in fields[5]:
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            found.append({"range": fields[0], "nbytes": end - start,
+                          "perms": fields[1], "path": fields[5].rstrip("\n")})
+    return found
+
+
+def mapped_file_mode(address_range: str) -> dict:
+    """Mode and owner of the file behind a mapping (/proc/self/map_files:
+    readable with CAP_SYS_ADMIN only, so possibly unknown)."""
+    try:
+        st = os.stat(f"/proc/self/map_files/{address_range}")
+    except OSError as exc:
+        return {"mode": None, "uid": None, "why": f"{type(exc).__name__}: {exc}"}
+    return {"mode": st.st_mode & 0o7777, "uid": st.st_uid, "why": None}
+
+
+def main() -> None:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 17
+    world = MPI.COMM_WORLD
+    comm = cxlmpi.wrap(world.Dup())
+    plain = MPI.Intracomm(comm)
+    rank = comm.Get_rank()
+    data = np.random.default_rng([3, rank]).standard_normal(count)
+    got, want = np.empty(count), np.empty(count)
+    comm.Allreduce(data, got)
+    plain.Allreduce(data, want)
+
+    state = _states.get(comm.handle)
+    name = state.pool.name if state is not None and state.pool is not None else None
+    try:
+        os.stat(f"/dev/shm{name}")
+        name_exists = True
+    except FileNotFoundError:
+        name_exists = False
+    maps = pool_mappings()
+    report = {
+        "rank": rank,
+        "uid": os.getuid(),
+        "allreduce_close": bool(np.allclose(got, want, rtol=1e-12, atol=1e-12)),
+        "pool_calls": cxlmpi.stats()["allreduce"]["pool_calls"],
+        "name": name,
+        "name_exists": name_exists,
+        "maps": maps,
+        "file": mapped_file_mode(maps[0]["range"]) if maps else None,
+    }
+    everyone = world.gather(report, root=0)
+    comm.Free()
+    if rank == 0:
+        say("SEGMENT " + json.dumps(everyone))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""Reliability: differential fuzzing against stock MPI, threads, the pool
+segment's privacy, SIGINT, and bounded memory.
+
+Every test launches whole MPI jobs (the programs in tests/scripts/ and
+tools/fuzz.py) and compares with stock mpi4py where there is a result, in
+the same job on the same MPI handle.  Nothing synchronises by sleeping: jobs
+are read until they say they are ready, processes are waited for through
+pidfds, and every launch has a timeout that kills what is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from harness import (
+    ROOT,
+    SMALL_POOL_ENV,
+    _descendants,
+    launch_mpi,
+    leaked_segments,
+    mpi_env,
+    mpiexec,
+    our_segments,
+)
+
+FUZZ = "tools/fuzz.py"
+THREADS = "tests/scripts/threads.py"
+SEGMENT = "tests/scripts/segment.py"
+FOREVER = "tests/scripts/forever.py"
+MEMORY = "tests/scripts/memory.py"
+TIMEOUT = 120  # s: kill a job still running after this
+
+
+def tagged_json(stdout: str, tag: str):
+    """The JSON after `tag` on the one line of `stdout` that starts with it."""
+    found = [line[len(tag) + 1:] for line in stdout.splitlines()
+             if line.startswith(tag + " ")]
+    assert len(found) == 1, f"expected one {tag} line in:\n{stdout}"
+    return json.loads(found[0])
+
+
+# ------------------------------------------------------------- a. fuzzing
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_fuzz_small_pool(nranks: int) -> None:
+    """A seeded random program of every collective, type, op, size, root,
+    IN_PLACE, message form and communicator (tools/fuzz.py) gives the same
+    results through the test-sized pool as stock MPI."""
+    before = our_segments()
+    ops = 1500
+    job = launch_mpi(nranks, [FUZZ, "--ops", str(ops), "--seed", str(1000 + nranks)],
+                     env=SMALL_POOL_ENV, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    found = re.findall(r"^FUZZ ops=(\d+) mismatches=(\d+) seconds=", job.stdout, re.M)
+    assert found == [(str(ops), "0")], job.describe()
+    calls = re.search(r"^fuzz: rank 0's pool calls: (.*)$", job.stdout, re.M)
+    assert calls and "allreduce=" in calls.group(1), job.describe()  # the pool was used
+    assert leaked_segments(before) == []
+
+
+# ------------------------------------------------------------- b. threads
+
+
+def test_threads_each_with_own_communicator() -> None:
+    """MPI_THREAD_MULTIPLE: three threads per rank, each on its own wrapped
+    communicator, run pool Allreduce/Bcast/Allgather at the same time; every
+    result equals stock MPI's on the thread's own plain communicator."""
+    nthreads, iterations = 3, 150
+    job = launch_mpi(2, [THREADS, str(nthreads), str(iterations)], env=SMALL_POOL_ENV,
+                     timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    if job.stdout.startswith("SKIP "):
+        pytest.skip(job.stdout.strip())
+    everyone = tagged_json(job.stdout, "THREADS")
+    assert [rep["rank"] for rep in everyone] == [0, 1]
+    for rep in everyone:
+        assert len(rep["threads"]) == nthreads
+        for thread in rep["threads"]:
+            assert thread == {"ok": True, "calls": 4 * iterations, "error": None}, rep
+        # Every call of every thread took the pool path.
+        assert rep["pool_calls"] == {"allreduce": 2 * nthreads * iterations,
+                                     "bcast": nthreads * iterations,
+                                     "allgather": nthreads * iterations}, rep
+
+
+# ------------------------------------------------------------ c. security
+
+
+def test_segment_private_and_unlinked_once_mapped() -> None:
+    """Inside a job, after the first pool collective: the segment's name is
+    gone from /dev/shm, each rank's mapping of it shows "(deleted)", has
+    exactly the pool's size, and (where /proc/self/map_files is readable)
+    the file is mode 0600 and owned by the job's user."""
+    before = our_segments()
+    job = launch_mpi(2, [SEGMENT], env={"CXLMPI_POOL_SIZE": "4M"}, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    everyone = tagged_json(job.stdout, "SEGMENT")
+    names = {rep["name"] for rep in everyone}
+    assert len(names) == 1 and None not in names, everyone
+    name = names.pop()
+    assert name.startswith("/cxlmpi-"), name
+    for rep in everyone:
+        assert rep["allreduce_close"] and rep["pool_calls"] == 1, rep
+        assert rep["name_exists"] is False, rep
+        assert len(rep["maps"]) == 1, rep
+        mapping = rep["maps"][0]
+        assert mapping["path"] == f"/dev/shm{name} (deleted)", rep
+        assert mapping["perms"] == "rw-s" and mapping["nbytes"] == 4 << 20, rep
+        if rep["file"]["mode"] is not None:
+            assert rep["file"]["mode"] == 0o600, rep
+            assert rep["file"]["uid"] == rep["uid"], rep
+    assert leaked_segments(before) == []
+
+
+# Holds a live segment: created with Pool.create, name on stdout, closed
+# (unmapped and unlinked) when a line arrives on stdin.  A process of its own
+# so that the test process never initializes MPI (importing cxlmpi does).
+_OWNER = """\
+import os, sys
+from cxlmpi._pool import Pool
+pool = Pool.create(0, 2, 1 << 20)
+st = os.stat("/dev/shm" + pool.name)
+print(pool.name, oct(st.st_mode & 0o7777), st.st_uid, flush=True)
+sys.stdin.readline()
+pool.close()
+print("CLOSED", os.path.exists("/dev/shm" + pool.name), flush=True)
+"""
+
+# Run as another user: try to open the segment.
+_INTRUDER = """\
+import os, sys
+print("UID", os.getuid(), flush=True)
+try:
+    with open(sys.argv[1], "rb") as f:
+        print("OPENED", len(f.read(64)), flush=True)
+except OSError as exc:
+    print("REFUSED", type(exc).__name__, flush=True)
+"""
+
+
+def _run_as(user: pwd.struct_passwd, args: list[str]) -> subprocess.CompletedProcess:
+    """Run `python -I -S -c args...` as `user` (skipping the test when no
+    Python this user may execute is found)."""
+    why = []
+    # This interpreter may live where the user cannot go (a venv under /root).
+    for python in dict.fromkeys([sys.executable, shutil.which("python3", path="/usr/bin:/bin")]):
+        if python is None:
+            continue
+        try:
+            proc = subprocess.run([python, "-I", "-S", "-c", *args], cwd="/", env={},
+                                  user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                                  capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            why.append(f"{python}: {exc}")
+            continue
+        if f"UID {user.pw_uid}" in proc.stdout:
+            return proc
+        why.append(f"{python}: {proc.stderr.strip()}")
+    pytest.skip(f"cannot run Python as {user.pw_name}: {'; '.join(why)}")
+
+
+def test_segment_closed_to_other_users() -> None:
+    """A live segment (made by Pool.create and not unlinked) is mode 0600:
+    a process running as `nobody` cannot open it (PermissionError); closing
+    the pool unlinks it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody")
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], cwd=ROOT, env=mpi_env(),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        line = owner.stdout.readline()
+        assert line, owner.communicate(timeout=30)[1]
+        name, mode, uid = line.split()
+        assert name.startswith("/cxlmpi-") and mode == "0o600" and int(uid) == os.getuid()
+        path = "/dev/shm" + name
+        intruder = _run_as(nobody, [_INTRUDER, path])
+        assert "REFUSED PermissionError" in intruder.stdout, intruder.stdout
+        assert os.path.exists(path)  # still live while the test ran
+    finally:
+        out, err = owner.communicate("close\n", timeout=30)
+    assert owner.returncode == 0, err
+    assert out.split() == ["CLOSED", "False"], (out, err)
+
+
+# -------------------------------------------------------------- d. SIGINT
+
+
+def _read_until(stream, tag: str, deadline: float) -> str | None:
+    """Read lines of a pipe until one starts with `tag` (returned) or the
+    deadline passes or the pipe closes (None)."""
+    buf = b""
+    fd = stream.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        buf += chunk
+        for line in buf.decode(errors="replace").splitlines():
+            if line.startswith(tag + " "):
+                return line
+        buf = buf[buf.rfind(b"\n") + 1:]
+
+
+def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+    """Wait (pidfds, no polling) until every process in `pids` has ended or
+    the deadline passes; returns those still running."""
+    fds = {}
+    for pid in pids:
+        try:
+            fds[os.pidfd_open(pid)] = pid
+        except ProcessLookupError:
+            pass
+    try:
+        waiting = set(fds)
+        while waiting:
+            left = deadline - time.monotonic()
+            ready = select.select(list(waiting), [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                break
+            waiting -= set(ready)
+        return sorted(fds[fd] for fd in waiting)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_sigint_ends_every_rank_and_leaves_no_segment() -> None:
+    """SIGINT to mpiexec while both ranks loop in pool collectives: mpiexec
+    exits, every rank ends within 20 s, and no segment is left."""
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("needs os.pidfd_open")
+    before = our_segments()
+    cmd = [*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi", FOREVER]
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(SMALL_POOL_ENV),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=err)
+        pids: list[int] = []
+        try:
+            ready = _read_until(proc.stdout, "READY", time.monotonic() + 60)
+            err.seek(0)
+            assert ready is not None, f"no READY line; stderr:\n{err.read()[-4000:]}"
+            pids = [int(p) for p in ready.split()[1:]]
+            assert len(pids) == 2, ready
+            proc.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + 20
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pytest.fail("mpiexec still running 20 s after SIGINT")
+            assert _wait_gone(pids, deadline) == [], "ranks still running 20 s after SIGINT"
+        finally:
+            if proc.poll() is None:
+                for pid in _descendants(proc.pid) + pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+    assert leaked_segments(before) == []
+    assert [n for n in our_segments() if n not in before] == []
+
+
+# ---------------------------------------------------------- e. memory bound
+
+
+def test_memory_bounded() -> None:
+    """2000 back-to-back pool collectives of 64 KiB to 3 MiB (each equal to
+    stock MPI's) grow no rank's resident memory by 8 MiB after warm-up, and
+    a 64 MiB Allreduce with an 8 MiB pool maps exactly 8 MiB."""
+    env = {"CXLMPI_POOL_SIZE": "8M", "CXLMPI_TUNING": "pool"}
+    job = launch_mpi(2, [MEMORY, "2000", "64"], env=env, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    everyone = tagged_json(job.stdout, "MEMORY")
+    assert [rep["rank"] for rep in everyone] == [0, 1]
+    for rep in everyone:
+        assert rep["ok"] and rep["big_ok"], rep
+        assert rep["big_nbytes"] == 64 << 20
+        assert rep["pool_calls"] == {"allreduce": 501, "bcast": 500, "allgather": 500,
+                                     "reduce_scatter_block": 500}, rep
+        grown = rep["rss_end"] - rep["rss_warm"]
+        assert grown < 8 << 20, f"rank {rep['rank']}: VmRSS grew {grown / 2**20:.1f} MiB"
+        assert rep["pool_mappings"] == [8 << 20], rep
