@@ -27,6 +27,8 @@ from harness import (
     ROOT,
     SMALL_POOL_ENV,
     _descendants,
+    _remove_mpi_leftovers,
+    _shm_names,
     launch_mpi,
     leaked_segments,
     mpi_env,
@@ -250,6 +252,7 @@ def test_sigint_ends_every_rank_and_leaves_no_segment() -> None:
     if not hasattr(os, "pidfd_open"):
         pytest.skip("needs os.pidfd_open")
     before = our_segments()
+    shm_before = _shm_names()
     cmd = [*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi", FOREVER]
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(SMALL_POOL_ENV),
@@ -279,6 +282,7 @@ def test_sigint_ends_every_rank_and_leaves_no_segment() -> None:
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
+            _remove_mpi_leftovers(shm_before)  # MPI's own, left by the interrupt
     assert leaked_segments(before) == []
     assert [n for n in our_segments() if n not in before] == []
 
