@@ -2,3 +2,18 @@
 launch under mpiexec (never collected here) and tests/scripts/ the programs."""
 
 collect_ignore = ["mpi", "scripts"]
+
+
+def pytest_sessionstart(session) -> None:
+    from harness import _shm_names
+
+    session.config._cxlmpi_shm_before = _shm_names()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Single-process MPI starts (Open MPI singletons) and interrupted jobs
+    leave the MPI library's own segments behind; remove those no process
+    maps any more (cxlmpi's own are checked, never removed, by the tests)."""
+    from harness import _remove_mpi_leftovers
+
+    _remove_mpi_leftovers(getattr(session.config, "_cxlmpi_shm_before", set()))

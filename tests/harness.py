@@ -185,9 +185,32 @@ def _shm_names() -> set[str]:
         return set()
 
 
+def _mapped_shm_names() -> set[str]:
+    """Names of /dev/shm files some process on this machine still maps."""
+    names: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    at = line.find("/dev/shm/")
+                    if at >= 0:
+                        names.add(line[at + 9:].split()[0])
+        except OSError:
+            continue
+    return names
+
+
 def _remove_mpi_leftovers(before: set[str]) -> None:
-    for name in _shm_names() - before:
-        if name.startswith(_MPI_SEGMENT_PREFIXES):
+    """Remove MPI-library segments that appeared since `before` and that no
+    process maps any more (never one a running job still uses)."""
+    new = [n for n in _shm_names() - before if n.startswith(_MPI_SEGMENT_PREFIXES)]
+    if not new:
+        return
+    mapped = _mapped_shm_names()
+    for name in new:
+        if name not in mapped:
             try:
                 os.unlink(os.path.join("/dev/shm", name))
             except OSError:
