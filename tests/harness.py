@@ -48,13 +48,7 @@ def mpiexec() -> list[str]:
 def run_mpi(nranks: int, args: list[str], env: dict[str, str] | None = None,
             timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python args...` on `nranks` ranks; fail with the output if it fails."""
-    full_env = dict(os.environ)
-    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    if env:
-        full_env.update(env)
+    full_env = mpi_env(env)
     cmd = [*mpiexec(), "-n", str(nranks), sys.executable, *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
