@@ -579,7 +579,8 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send, recv
         plan = None
-        if 0 <= root < self.Get_size():
+        if not small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE]) and \
+                0 <= root < self.Get_size():
             plan = plan_reduce(REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
         pool = pool_of(self) if plan is not None else None
         if pool is None:
@@ -617,9 +618,13 @@ class CommBase(_Intracomm):
         """Gather to All."""
         ensure_configured()
         cdef double t0 = start()
+        if small(recvbuf, lo[ALLGATHER]):
+            _Stock.Allgather(self, sendbuf, recvbuf)
+            passed(ALLGATHER, t0)
+            return
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        if not disabled and lo[ALLGATHER] != NEVER:
+        if not disabled and not small(recvbuf, lo[ALLGATHER]):
             recv = parse(recvbuf, True, size)
             if recv is not None and within(ALLGATHER, recv.count * recv.itemsize * size):
                 if sendbuf is not _IN_PLACE:
@@ -648,7 +653,7 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
         vec = None
-        if not disabled and lo[ALLGATHERV] != NEVER:
+        if not disabled and not small(recvbuf, lo[ALLGATHERV]):
             vec = parse_vector(recvbuf, True, size)
             if vec is not None:
                 recv, counts, displs = vec
@@ -855,10 +860,14 @@ class CommBase(_Intracomm):
         """All to All Scatter/Gather: every rank sends block d to rank d."""
         ensure_configured()
         cdef double t0 = start()
+        if small(recvbuf, lo[ALLTOALL]):
+            _Stock.Alltoall(self, sendbuf, recvbuf)
+            passed(ALLTOALL, t0)
+            return
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
         cdef Py_ssize_t block = -1
-        if not disabled and lo[ALLTOALL] != NEVER:
+        if not disabled and not small(recvbuf, lo[ALLTOALL]):
             recv = parse(recvbuf, True, size)
             if recv is not None:
                 block = recv.count * recv.itemsize
@@ -920,9 +929,14 @@ class CommBase(_Intracomm):
         """Reduce-Scatter Block (every rank gets one equal block)."""
         ensure_configured()
         cdef double t0 = start()
+        if small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER_BLOCK]):
+            _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+            passed(REDUCE_SCATTER_BLOCK, t0)
+            return
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
-        opc = None if disabled else op_code(op)
+        opc = None if disabled or small(recvbuf if sendbuf is _IN_PLACE else sendbuf,
+                                        lo[REDUCE_SCATTER_BLOCK]) else op_code(op)
         if opc is not None:
             if sendbuf is _IN_PLACE:
                 recv = parse(recvbuf, True, size)
@@ -957,7 +971,9 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        opc = None if disabled or recvcounts is None else op_code(op)
+        opc = None if disabled or recvcounts is None or \
+            small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER]) \
+            else op_code(op)
         counts = None
         if opc is not None:
             try:
