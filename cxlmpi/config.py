@@ -176,7 +176,7 @@ COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
 # for private buffers, the collective stays with MPI.  [lo, hi]: bytes, None
 # = CXLMPI_THRESHOLD / no upper bound; None: never through the pool.
 BUILTIN_WINDOWS: dict[str, list[int | None] | None] = {
-    "bcast": [256 << 10, None],
+    "bcast": [16 << 20, None],
     "allgather": [None, 512 << 10],
     "allgatherv": [None, 512 << 10],
     "gather": None,
