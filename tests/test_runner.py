@@ -39,6 +39,9 @@ ZOMBIE_PEER = "tests/scripts/zombie_peer.py"
 
 # tests/scripts on the path too, for `-m probe` and `-c "from probe import ..."`.
 SCRIPTS_PATH = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(SCRIPTS)])}
+# The scripts count the pool calls they expect from the sizes they use, as
+# if every collective went through the pool from CXLMPI_THRESHOLD up.
+ALL_POOL = {"CXLMPI_TUNING": "pool"}
 # Jobs that must fail: a pool wait must not be what ends them.
 NO_POOL_TIMEOUT = {"CXLMPI_TIMEOUT": "300"}
 FAIL_TIMEOUT = 60  # s: kill a job still running after this
@@ -108,7 +111,8 @@ def test_run_patched(form: str, stock_probe: list[dict]) -> None:
     it; its large collectives go through the pool and agree with stock MPI;
     a normal run leaves no segment behind and prints no stats table."""
     before = our_segments()
-    proc = run_mpi(NRANKS, ["-m", "cxlmpi", *FORMS[form], *ARGS], env=SCRIPTS_PATH)
+    proc = run_mpi(NRANKS, ["-m", "cxlmpi", *FORMS[form], *ARGS],
+                   env={**SCRIPTS_PATH, **ALL_POOL})
     reports = tagged_json(proc.stdout, "PROBE")
     assert [rep["rank"] for rep in reports] == list(range(NRANKS))
     for rep, stock in zip(reports, stock_probe):
@@ -345,9 +349,10 @@ def test_stats(how: str) -> None:
     row per collective, whose pool and pass-through counts match the calls
     made; cxlmpi.stats() has the same figures under lower-case names."""
     if how == "option":
-        proc = run_mpi(NRANKS, ["-m", "cxlmpi", "--stats", STATS_CALLS])
+        proc = run_mpi(NRANKS, ["-m", "cxlmpi", "--stats", STATS_CALLS], env=ALL_POOL)
     else:
-        proc = run_mpi(NRANKS, ["-m", "cxlmpi", STATS_CALLS], env={"CXLMPI_STATS": "1"})
+        proc = run_mpi(NRANKS, ["-m", "cxlmpi", STATS_CALLS],
+                       env={"CXLMPI_STATS": "1", **ALL_POOL})
     figures = tagged_json(proc.stdout, "STATS")
     expect = tagged_json(proc.stdout, "EXPECT")
     for name, (pool, passthrough, nbytes) in expect.items():
