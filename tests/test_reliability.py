@@ -41,6 +41,7 @@ THREADS = "tests/scripts/threads.py"
 SEGMENT = "tests/scripts/segment.py"
 FOREVER = "tests/scripts/forever.py"
 MEMORY = "tests/scripts/memory.py"
+LARGE_COUNT = "tests/scripts/large_count.py"
 TIMEOUT = 120  # s: kill a job still running after this
 
 
@@ -307,3 +308,18 @@ def test_memory_bounded() -> None:
         grown = rep["rss_end"] - rep["rss_warm"]
         assert grown < 8 << 20, f"rank {rep['rank']}: VmRSS grew {grown / 2**20:.1f} MiB"
         assert rep["pool_mappings"] == [8 << 20], rep
+
+
+# ------------------------------------------------------ f. a count above 2**31
+
+
+def test_count_above_2_31_elements() -> None:
+    """An Allreduce of 2**31 + 64 int8 elements through the pool equals
+    stock's (mpi4py supports large counts; the pool must too)."""
+    with open("/proc/meminfo") as f:
+        avail_kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable"))
+    if avail_kib < 16 << 20:
+        pytest.skip("needs 16 GiB of free memory (two ranks x three 2 GiB buffers)")
+    job = launch_mpi(2, [LARGE_COUNT], timeout=240)
+    assert job.returncode == 0, job.describe()
+    assert "RESULT ok 2147483712" in job.stdout, job.describe()

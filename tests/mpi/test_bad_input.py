@@ -117,3 +117,52 @@ def test_count_beyond_buffer_is_refused(comm):
         raised = exc
     agree(raised is not None and "buffer holds" in str(raised), "count beyond buffer")
     agree(np.array_equal(recv[count:], guard), "nothing written past the buffer")
+
+
+def _guarded(n: int, dtype=np.float64):
+    """A buffer of n elements inside a larger one, and a check that nothing
+    outside it changed."""
+    whole = np.full(n + 32, 7, dtype)
+    inner = whole[16:16 + n]
+    before = whole.copy()
+
+    def untouched() -> bool:
+        return bool(np.array_equal(whole[:16], before[:16])
+                    and np.array_equal(whole[16 + n:], before[16 + n:]))
+    return inner, untouched
+
+
+def test_freed_communicator(comm):
+    dup = comm.Dup()
+    plain_dup = MPI.Intracomm(PLAIN.Dup())
+    dup.Free()
+    plain_dup.Free()
+    recv, untouched = _guarded(N)
+    send = make_data(np.float64, N, 39)
+    _same_error(lambda: dup.Allreduce(send, recv), lambda: plain_dup.Allreduce(send, recv),
+                "freed communicator")
+    agree(untouched(), "nothing written around the receive buffer")
+
+
+def test_non_contiguous_view(comm):
+    base = make_data(np.float64, 2 * N, 40)
+    view = base[::2]
+    recv, untouched = _guarded(N)
+    _same_error(lambda: comm.Allreduce(view, recv), lambda: PLAIN.Allreduce(view, recv),
+                "strided send view")
+    out = np.zeros(2 * N)
+    _same_error(lambda: comm.Allreduce(make_data(np.float64, N, 41), out[::2]),
+                lambda: PLAIN.Allreduce(make_data(np.float64, N, 41), out[::2]),
+                "strided receive view")
+    agree(untouched() and not out.any(), "nothing written")
+
+
+def test_aliased_send_and_receive(comm):
+    """The same buffer as send and receive without IN_PLACE: refused as by
+    stock (MPICH: "buffers must not be aliased"), nothing written."""
+    buf = make_data(np.float64, N, 42)
+    keep = buf.copy()
+    got = _raises(lambda: comm.Allreduce(buf, buf))
+    same_data = bool(np.array_equal(buf, keep))
+    want = _raises(lambda: PLAIN.Allreduce(buf, buf))
+    agree(got == want and same_data, f"aliased buffers: cxlmpi {got}, stock {want}")
