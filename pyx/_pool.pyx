@@ -221,11 +221,16 @@ cdef int alg_bcast(state_t *st, char *buf, size_t nbytes, int root,
 DEF BLOCK_NBYTES = 8192  # reduce block: the running result stays in L1
 
 
+cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:
+    return a if a < b else b
+
+
 cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
-                     size_t count, size_t itemsize, uint64_t step,
+                     size_t count, size_t itemsize, uint64_t step, int nranks,
                      const char *mine, char *dst2) noexcept nogil:
-    """dst = x0 op x1 op ... op x(p-1), left to right in rank order, from
-    `count` elements at byte `offset` of every rank's half of `step`; this
+    """dst = x0 op x1 op ... op x(nranks-1), left to right in rank order (a
+    copy of x0 for one rank), from `count` elements at byte `offset` of each
+    rank's half of `step`; this
     rank's own x is read from `mine` instead when it is not NULL (its private
     buffer: one copy fewer).  Block by block, so that the running result
     stays in L1 across the p - 1 folds and, when `dst2` is not NULL, is
@@ -237,14 +242,17 @@ cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
     cdef const char *a
     cdef const char *b
     while done < count:
-        n = count - done if count - done < block else block
+        n = min_size(count - done, block)
         off = done * itemsize
         a = (mine + off) if (st.rank == 0 and mine != NULL) \
             else half_ptr(st, 0, step) + offset + off
-        b = (mine + off) if (st.rank == 1 and mine != NULL) \
-            else half_ptr(st, 1, step) + offset + off
-        fn(dst + off, a, b, n)
-        for q in range(2, st.size):
+        if nranks == 1:
+            cxl_copy(dst + off, a, n * itemsize)
+        else:
+            b = (mine + off) if (st.rank == 1 and mine != NULL) \
+                else half_ptr(st, 1, step) + offset + off
+            fn(dst + off, a, b, n)
+        for q in range(2, nranks):
             b = (mine + off) if (st.rank == q and mine != NULL) \
                 else half_ptr(st, q, step) + offset + off
             fn(dst + off, dst + off, b, n)
@@ -274,26 +282,28 @@ cdef inline const char *own_source(state_t *st, const char *sendbuf,
 
 cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
                           size_t count, size_t itemsize, cxl_reduce_fn fn,
-                          int root, size_t chunk) noexcept nogil:
+                          int root, int nranks, size_t chunk) noexcept nogil:
     """Every rank publishes its contribution; the root (every rank when
-    root < 0) reduces all of them straight into its receive buffer."""
+    root < 0) folds those of ranks 0 .. nranks-1 straight into its receive
+    buffer: all of them for Reduce and Allreduce, x0 .. xr for Scan and
+    x0 .. x(r-1) for Exscan (nothing on rank 0, whose buffer stays as is)."""
     cdef size_t per_step = chunk // itemsize
     cdef size_t done = 0, n
     cdef char *mine
     cdef char *dst
     cdef int rc
     while done < count:
-        n = count - done if count - done < per_step else per_step
+        n = min_size(count - done, per_step)
         mine = half_ptr(st, st.rank, st.step + 1)
         cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
         wrote(st, mine, n * itemsize)
         rc = step_all(st)
         if rc != OK:
             return rc
-        if root < 0 or root == st.rank:
+        if (root < 0 or root == st.rank) and nranks > 0:
             dst = recvbuf + done * itemsize
             invalidate_all(st, 0, n * itemsize, st.step)
-            reduce_all(st, fn, dst, 0, n, itemsize, st.step,
+            reduce_all(st, fn, dst, 0, n, itemsize, st.step, nranks,
                        own_source(st, sendbuf + done * itemsize, dst), NULL)
         done += n
     return OK
@@ -324,7 +334,7 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
         mine = half_ptr(st, st.rank, st.step + 1)
         n = 0
         if k < nchunks:
-            n = count - done if count - done < per_step else per_step
+            n = min_size(count - done, per_step)
             src = sendbuf + done * itemsize
             lo = n * st.rank // p
             hi = n * (st.rank + 1) // p
@@ -351,7 +361,7 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
             hi = n * (st.rank + 1) // p
             out = half_ptr(st, st.rank, st.step + 1) + out_offset
             invalidate_all(st, lo * itemsize, (hi - lo) * itemsize, st.step)
-            reduce_all(st, fn, out, lo * itemsize, hi - lo, itemsize, st.step,
+            reduce_all(st, fn, out, lo * itemsize, hi - lo, itemsize, st.step, p,
                        sendbuf + (done + lo) * itemsize,
                        recvbuf + (done + lo) * itemsize
                        if (root < 0 or root == st.rank) else NULL)
@@ -512,45 +522,12 @@ cdef inline const char *piece(state_t *st, const char *own, int q, bint inplace,
     return half_ptr(st, q, st.step) + <size_t>st.rank * sub
 
 
-cdef int alg_scan(state_t *st, const char *sendbuf, char *recvbuf, size_t count,
-                  size_t itemsize, cxl_reduce_fn fn, bint exclusive,
-                  size_t chunk) noexcept nogil:
-    """Scan / Exscan: every rank publishes its contribution; rank r folds
-    x0 .. xr (x0 .. x(r-1) for Exscan; rank 0 then leaves its buffer as is)
-    in rank order."""
-    cdef size_t per_step = chunk // itemsize
-    cdef size_t done = 0, n
-    cdef int q, upto = st.rank if exclusive else st.rank + 1, rc
-    cdef char *mine
-    cdef char *dst
-    cdef const char *a
-    cdef const char *b
-    while done < count:
-        n = min_size(count - done, per_step)
-        mine = half_ptr(st, st.rank, st.step + 1)
-        cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
-        wrote(st, mine, n * itemsize)
-        rc = step_all(st)
-        if rc != OK:
-            return rc
-        dst = recvbuf + done * itemsize
-        if upto > 0:
-            invalidate_all(st, 0, n * itemsize, st.step)
-            # own contribution from the pool copy: dst may be the send buffer
-            a = half_ptr(st, 0, st.step)
-            if upto == 1:
-                cxl_copy(dst, a, n * itemsize)
-            else:
-                b = half_ptr(st, 1, st.step)
-                fn(dst, a, b, n)
-                for q in range(2, upto):
-                    fn(dst, dst, half_ptr(st, q, st.step), n)
-        done += n
-    return OK
-
-
-cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:
-    return a if a < b else b
+cdef cxl_reduce_fn reducer(int op, int tcode) except NULL:
+    """The kernel of `op` on type `tcode` (the dispatcher checked it exists)."""
+    cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
+    if fn == NULL:
+        raise ValueError(f"op {op} is not defined for type {tcode}")
+    return fn
 
 
 # ---------------------------------------------------------------------- pool
@@ -797,9 +774,7 @@ cdef class Pool:
         `sendaddr` may equal `recvaddr` (in place); `recvaddr` is ignored on
         non-root ranks of a rooted reduce."""
         self._check()
-        cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
-        if fn == NULL:
-            raise ValueError(f"op {op} is not defined for type {tcode}")
+        cdef cxl_reduce_fn fn = reducer(op, tcode)
         # Two ranks move the same bytes across cores either way, and the
         # everyone-reduces-all algorithm takes one step per chunk instead of
         # two: reduce-scatter + allgather pays from three ranks on.
@@ -809,16 +784,12 @@ cdef class Pool:
         cdef size_t chunk = self._chunk(itemsize, rsag)
         cdef int rc
         with nogil:
-            if self.st.size == 1:
-                if root <= 0:
-                    cxl_copy(<char *>recvaddr, <const char *>sendaddr, count * itemsize)
-                rc = OK
-            elif rsag:
+            if rsag:
                 rc = alg_reduce_rsag(&self.st, <const char *>sendaddr, <char *>recvaddr,
                                      count, itemsize, fn, root, chunk)
             else:
                 rc = alg_reduce_small(&self.st, <const char *>sendaddr, <char *>recvaddr,
-                                      count, itemsize, fn, root, chunk)
+                                      count, itemsize, fn, root, self.st.size, chunk)
         if rc != OK:
             self._raise(rc, "Allreduce" if root < 0 else "Reduce")
 
@@ -884,9 +855,7 @@ cdef class Pool:
         `inplace`: the pieces are in the receive buffer, whose start gets the
         result."""
         self._check()
-        cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
-        if fn == NULL:
-            raise ValueError(f"op {op} is not defined for type {tcode}")
+        cdef cxl_reduce_fn fn = reducer(op, tcode)
         cdef _Arrays send = _Arrays(send_addrs, counts)
         cdef size_t sub_count = self._sub(itemsize) // itemsize
         cdef size_t nsteps = 0, q
@@ -902,16 +871,16 @@ cdef class Pool:
 
     def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
              size_t itemsize, int op, int tcode, bint exclusive):
-        """Scan (inclusive) or Exscan of `count` elements."""
+        """Scan (inclusive) or Exscan of `count` elements: rank r folds the
+        contributions of ranks 0 .. r (0 .. r-1)."""
         self._check()
-        cdef cxl_reduce_fn fn = cxl_reducer(op, tcode)
-        if fn == NULL:
-            raise ValueError(f"op {op} is not defined for type {tcode}")
+        cdef cxl_reduce_fn fn = reducer(op, tcode)
         cdef size_t chunk = self._chunk(itemsize, False)
+        cdef int nranks = self.st.rank if exclusive else self.st.rank + 1
         cdef int rc
         with nogil:
-            rc = alg_scan(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
-                          itemsize, fn, exclusive, chunk)
+            rc = alg_reduce_small(&self.st, <const char *>sendaddr, <char *>recvaddr,
+                                  count, itemsize, fn, -1, nranks, chunk)
         if rc != OK:
             self._raise(rc, "Exscan" if exclusive else "Scan")
 
