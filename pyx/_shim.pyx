@@ -618,21 +618,20 @@ class CommBase(_Intracomm):
         """Gather to All."""
         ensure_configured()
         cdef double t0 = start()
-        if small(recvbuf, lo[ALLGATHER]):
+        if disabled or small(recvbuf, lo[ALLGATHER]):
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
             return
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        if not disabled and not small(recvbuf, lo[ALLGATHER]):
-            recv = parse(recvbuf, True, size)
-            if recv is not None and within(ALLGATHER, recv.count * recv.itemsize * size):
-                if sendbuf is not _IN_PLACE:
-                    send = parse(sendbuf, False)
-                    if send is None or send.count * send.itemsize != recv.count * recv.itemsize:
-                        recv = None
-            else:
-                recv = None
+        recv = parse(recvbuf, True, size)
+        if recv is not None and within(ALLGATHER, recv.count * recv.itemsize * size):
+            if sendbuf is not _IN_PLACE:
+                send = parse(sendbuf, False)
+                if send is None or send.count * send.itemsize != recv.count * recv.itemsize:
+                    recv = None
+        else:
+            recv = None
         pool = pool_of(self) if recv is not None else None
         if pool is None:
             _Stock.Allgather(self, sendbuf, recvbuf)
@@ -860,23 +859,22 @@ class CommBase(_Intracomm):
         """All to All Scatter/Gather: every rank sends block d to rank d."""
         ensure_configured()
         cdef double t0 = start()
-        if small(recvbuf, lo[ALLTOALL]):
+        if disabled or small(recvbuf, lo[ALLTOALL]):
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
             return
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
         cdef Py_ssize_t block = -1
-        if not disabled and not small(recvbuf, lo[ALLTOALL]):
-            recv = parse(recvbuf, True, size)
-            if recv is not None:
-                block = recv.count * recv.itemsize
-                if not within(ALLTOALL, block * size):
+        recv = parse(recvbuf, True, size)
+        if recv is not None:
+            block = recv.count * recv.itemsize
+            if not within(ALLTOALL, block * size):
+                block = -1
+            elif sendbuf is not _IN_PLACE:
+                send = parse(sendbuf, False, size)
+                if send is None or send.count * send.itemsize != block:
                     block = -1
-                elif sendbuf is not _IN_PLACE:
-                    send = parse(sendbuf, False, size)
-                    if send is None or send.count * send.itemsize != block:
-                        block = -1
         pool = pool_of(self) if block >= 0 else None
         if pool is None:
             _Stock.Alltoall(self, sendbuf, recvbuf)
@@ -929,14 +927,14 @@ class CommBase(_Intracomm):
         """Reduce-Scatter Block (every rank gets one equal block)."""
         ensure_configured()
         cdef double t0 = start()
-        if small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER_BLOCK]):
+        if disabled or small(recvbuf if sendbuf is _IN_PLACE else sendbuf,
+                             lo[REDUCE_SCATTER_BLOCK]):
             _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
             passed(REDUCE_SCATTER_BLOCK, t0)
             return
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
-        opc = None if disabled or small(recvbuf if sendbuf is _IN_PLACE else sendbuf,
-                                        lo[REDUCE_SCATTER_BLOCK]) else op_code(op)
+        opc = op_code(op)
         if opc is not None:
             if sendbuf is _IN_PLACE:
                 recv = parse(recvbuf, True, size)
