@@ -167,7 +167,10 @@ def test_reduce_scatter_and_scans(comm, dtype):
             comm.Reduce_scatter_block(MPI.IN_PLACE, inplace, op)
             if not same(inplace[:n], want, op):
                 bad.append(f"Reduce_scatter_block IN_PLACE {op} n={n}")
-            counts = _uneven(n * SIZE, 59)
+            # largest count first: MPICH 5.0.2's own in-place Reduce_scatter
+            # fails when a count exceeds the sum of the counts before it
+            # (met when the shim passes it through, e.g. CXLMPI_DISABLE=1)
+            counts = sorted(_uneven(n * SIZE, 59), reverse=True)
             send = make_data(dtype, sum(counts), 60, op)
             want = np.zeros(counts[RANK], dtype)
             got = np.zeros(counts[RANK], dtype)
