@@ -3,7 +3,7 @@
 One method per intercepted collective.  Each asks the dispatcher whether the
 call is the pool's; if so one compiled call runs the whole algorithm without
 the GIL, otherwise the call goes to stock mpi4py unchanged.  Every decision
-uses only what MPI requires to match on all ranks (see dispatch.py).  The
+uses only what MPI requires to match on all ranks (see pyx/_shim.pyx).  The
 lower-case object methods (bcast, gather, ...) delegate to cxlmpi.objects.
 """
 

@@ -222,29 +222,19 @@ cpdef object op_code(object op):
 # --------------------------------------------------------------- messages
 
 cdef class Message:
-    """A parsed message; holds the buffer until `release()` (or deletion)."""
+    """A parsed message; holds the buffer while it lives."""
     cdef Py_buffer view
     cdef bint held
     cdef readonly uintptr_t address
     cdef readonly Py_ssize_t count
     cdef readonly Py_ssize_t itemsize
+    cdef readonly Py_ssize_t nbytes  # count x itemsize
     cdef readonly int tcode
     cdef readonly object datatype
 
     def __dealloc__(self):
         if self.held:
             PyBuffer_Release(&self.view)
-
-    def release(self):
-        """Give the buffer back to its owner."""
-        if self.held:
-            PyBuffer_Release(&self.view)
-            self.held = False
-
-    @property
-    def nbytes(self):
-        """Bytes of the message (count x element size)."""
-        return self.count * self.itemsize
 
 
 cdef inline object lookup_type(object o_type):
@@ -360,6 +350,7 @@ cpdef Message parse(object msg, bint writable, int blocks=0):
             f"{count * nblocks * m.itemsize} bytes but the buffer holds {length}")
     m.address += offset
     m.count = count
+    m.nbytes = count * m.itemsize
     return m
 
 
@@ -422,6 +413,7 @@ def parse_vector(object msg, bint writable, int blocks):
                 raise ValueError(
                     f"message: receive blocks overlap at element {spans[i][0]}")
     m.count = sum(counts)
+    m.nbytes = m.count * m.itemsize
     return m, counts, displs
 
 
@@ -437,8 +429,8 @@ cdef inline bint small(object obj, Py_ssize_t limit):
 
 
 cdef inline bint overlap(Message a, Message b):
-    return (a.address < b.address + b.count * b.itemsize and
-            b.address < a.address + a.count * a.itemsize and
+    return (a.address < b.address + b.nbytes and
+            b.address < a.address + a.nbytes and
             a.count > 0 and b.count > 0)
 
 
@@ -525,7 +517,7 @@ cdef inline object plan_reduce(int which, object sendbuf, object recvbuf,
         send = parse(sendbuf, False)
         if send is None:
             return None
-    if not within(which, send.count * send.itemsize) or send.tcode < 0 \
+    if not within(which, send.nbytes) or send.tcode < 0 \
             or not reducer_defined(opc, send.tcode):
         return None
     return send, recv, opc
@@ -561,7 +553,7 @@ class CommBase(_Intracomm):
         cdef Message msg = None
         if not disabled and not small(buf, lo[BCAST]) and 0 <= root < self.Get_size():
             msg = parse(buf, root != self.Get_rank())
-            if msg is not None and not within(BCAST, msg.count * msg.itemsize):
+            if msg is not None and not within(BCAST, msg.nbytes):
                 msg = None
         pool = pool_of(self) if msg is not None else None
         if pool is None:
@@ -570,8 +562,8 @@ class CommBase(_Intracomm):
             return
         if not time_all:
             t0 = now()
-        run(self, pool.bcast, msg.address, msg.count * msg.itemsize, root)
-        pooled(BCAST, msg.count * msg.itemsize, t0)
+        run(self, pool.bcast, msg.address, msg.nbytes, root)
+        pooled(BCAST, msg.nbytes, t0)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         """Reduce to root."""
@@ -592,7 +584,7 @@ class CommBase(_Intracomm):
             t0 = now()
         run(self, pool.reduce, send.address, recv.address if recv is not None else 0, send.count,
             send.itemsize, opc, send.tcode, root)
-        pooled(REDUCE, send.count * send.itemsize, t0)
+        pooled(REDUCE, send.nbytes, t0)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """Reduce to all."""
@@ -610,7 +602,7 @@ class CommBase(_Intracomm):
             t0 = now()
         run(self, pool.reduce, send.address, recv.address, send.count, send.itemsize, opc,
             send.tcode, -1)
-        pooled(ALLREDUCE, send.count * send.itemsize, t0)
+        pooled(ALLREDUCE, send.nbytes, t0)
 
     # -------------------------------------------- gather / scatter / all-to-all
 
@@ -625,10 +617,10 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank()
         recv = parse(recvbuf, True, size)
-        if recv is not None and within(ALLGATHER, recv.count * recv.itemsize * size):
+        if recv is not None and within(ALLGATHER, recv.nbytes * size):
             if sendbuf is not _IN_PLACE:
                 send = parse(sendbuf, False)
-                if send is None or send.count * send.itemsize != recv.count * recv.itemsize:
+                if send is None or send.nbytes != recv.nbytes:
                     recv = None
         else:
             recv = None
@@ -639,7 +631,7 @@ class CommBase(_Intracomm):
             return
         if not time_all:
             t0 = now()
-        block = recv.count * recv.itemsize
+        block = recv.nbytes
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
         run(self, pool.gather, sendaddr, block, addrs, [block] * size, -1, block, "Allgather")
@@ -656,11 +648,11 @@ class CommBase(_Intracomm):
             vec = parse_vector(recvbuf, True, size)
             if vec is not None:
                 recv, counts, displs = vec
-                if not within(ALLGATHERV, recv.count * recv.itemsize):
+                if not within(ALLGATHERV, recv.nbytes):
                     vec = None
                 elif sendbuf is not _IN_PLACE:
                     send = parse(sendbuf, False)
-                    if send is None or send.count * send.itemsize != \
+                    if send is None or send.nbytes != \
                             counts[rank] * recv.itemsize:
                         vec = None
         pool = pool_of(self) if vec is not None else None
@@ -688,15 +680,15 @@ class CommBase(_Intracomm):
             if rank == root:
                 recv = parse(recvbuf, True, size)
                 if recv is not None:
-                    block = recv.count * recv.itemsize
+                    block = recv.nbytes
                     if sendbuf is not _IN_PLACE:
                         send = parse(sendbuf, False)
-                        if send is None or send.count * send.itemsize != block:
+                        if send is None or send.nbytes != block:
                             block = -1
             else:
                 send = parse(sendbuf, False)
                 if send is not None:
-                    block = send.count * send.itemsize
+                    block = send.nbytes
         if block >= 0 and not within(GATHER, block * size):
             block = -1
         pool = pool_of(self) if block >= 0 else None
@@ -736,13 +728,13 @@ class CommBase(_Intracomm):
         if ok and not (rank == root and sendbuf is _IN_PLACE):
             send = parse(sendbuf, False)
             ok = send is not None and (rank != root or
-                                       send.count * send.itemsize ==
+                                       send.nbytes ==
                                        counts[rank] * recv.itemsize)
         if ok:
             if rank == root:
                 local = 1 + max(counts) * recv.itemsize
             else:
-                local = 1 + send.count * send.itemsize
+                local = 1 + send.nbytes
         pool, agreed = settle(self, GATHERV, eligible, local, size)
         if pool is None:
             _Stock.Gatherv(self, sendbuf, recvbuf, root)
@@ -760,7 +752,7 @@ class CommBase(_Intracomm):
             addrs = [0] * size
             sizes = [0] * size
             sendaddr = send.address
-            nbytes = send.count * send.itemsize
+            nbytes = send.nbytes
         run(self, pool.gather, sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv")
         pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
 
@@ -775,15 +767,15 @@ class CommBase(_Intracomm):
             if rank == root:
                 send = parse(sendbuf, False, size)
                 if send is not None:
-                    block = send.count * send.itemsize
+                    block = send.nbytes
                     if recvbuf is not _IN_PLACE:
                         recv = parse(recvbuf, True)
-                        if recv is None or recv.count * recv.itemsize != block:
+                        if recv is None or recv.nbytes != block:
                             block = -1
             else:
                 recv = parse(recvbuf, True)
                 if recv is not None:
-                    block = recv.count * recv.itemsize
+                    block = recv.nbytes
         if block >= 0 and not within(SCATTER, block * size):
             block = -1
         pool = pool_of(self) if block >= 0 else None
@@ -825,13 +817,13 @@ class CommBase(_Intracomm):
         if ok and not (rank == root and recvbuf is _IN_PLACE):
             recv = parse(recvbuf, True)
             ok = recv is not None and (rank != root or
-                                       recv.count * recv.itemsize ==
+                                       recv.nbytes ==
                                        counts[rank] * send.itemsize)
         if ok:
             if rank == root:
                 local = 1 + max(counts) * send.itemsize
             else:
-                local = 1 + recv.count * recv.itemsize
+                local = 1 + recv.nbytes
         pool, agreed = settle(self, SCATTERV, eligible, local, size)
         if pool is None:
             _Stock.Scatterv(self, sendbuf, recvbuf, root)
@@ -850,7 +842,7 @@ class CommBase(_Intracomm):
         if recv is None:
             recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
         else:
-            recv_addrs[root], recv_sizes[root] = recv.address, recv.count * recv.itemsize
+            recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
         run(self, pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
             "Scatterv")
         pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
@@ -868,12 +860,12 @@ class CommBase(_Intracomm):
         cdef Py_ssize_t block = -1
         recv = parse(recvbuf, True, size)
         if recv is not None:
-            block = recv.count * recv.itemsize
+            block = recv.nbytes
             if not within(ALLTOALL, block * size):
                 block = -1
             elif sendbuf is not _IN_PLACE:
                 send = parse(sendbuf, False, size)
-                if send is None or send.count * send.itemsize != block:
+                if send is None or send.nbytes != block:
                     block = -1
         pool = pool_of(self) if block >= 0 else None
         if pool is None:
@@ -945,7 +937,7 @@ class CommBase(_Intracomm):
                         send.datatype.handle != recv.datatype.handle:
                     recv = None
             if recv is None or \
-                    not within(REDUCE_SCATTER_BLOCK, recv.count * recv.itemsize * size) or \
+                    not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
         pool = pool_of(self) if recv is not None else None
@@ -955,7 +947,7 @@ class CommBase(_Intracomm):
             return
         if not time_all:
             t0 = now()
-        block = recv.count * recv.itemsize
+        block = recv.nbytes
         base = recv.address if send is None else send.address
         run(self, pool.reduce_scatter, [base + d * block for d in range(size)], [recv.count] * size,
             recv.address, recv.itemsize, opc, recv.tcode, send is None, "Reduce_scatter_block")
@@ -1025,7 +1017,7 @@ class CommBase(_Intracomm):
         send, recv, opc = plan
         run(self, pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
             False)
-        pooled(SCAN, send.count * send.itemsize, t0)
+        pooled(SCAN, send.nbytes, t0)
 
     def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
         """Exclusive Scan: rank r gets x0 op ... op x(r-1); rank 0's receive
@@ -1043,4 +1035,4 @@ class CommBase(_Intracomm):
         send, recv, opc = plan
         run(self, pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
             True)
-        pooled(EXSCAN, send.count * send.itemsize, t0)
+        pooled(EXSCAN, send.nbytes, t0)
