@@ -478,6 +478,33 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     return pool, agreed
 
 
+cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
+                           object own, int root, int size, int rank):
+    """Gatherv / Scatterv: parse the root's vector message (`vbuf`, its
+    counts in elements) and every rank's own block (`own`; at the root it
+    may be IN_PLACE), then settle the path as `settle` does.  Returns (pool,
+    agreed, vector message, counts, displs, own message): pool None = MPI."""
+    cdef Message vmsg = None, mine = None
+    cdef uint64_t local = 0
+    eligible = not disabled and lo[which] != NEVER and 0 <= root < size
+    counts = displs = None
+    ok = eligible
+    if ok and rank == root:
+        vec = parse_vector(vbuf, vwritable, size)
+        if vec is None:
+            ok = False
+        else:
+            vmsg, counts, displs = vec
+    if ok and not (rank == root and own is _IN_PLACE):
+        mine = parse(own, not vwritable)
+        ok = mine is not None and (rank != root or
+                                   mine.nbytes == counts[rank] * vmsg.itemsize)
+    if ok:
+        local = 1 + (max(counts) * vmsg.itemsize if rank == root else mine.nbytes)
+    pool, agreed = settle(comm, which, eligible, local, size)
+    return pool, agreed, vmsg, counts, displs, mine
+
+
 cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
 
@@ -713,29 +740,10 @@ class CommBase(_Intracomm):
         from the maximum alike."""
         ensure_configured()
         cdef double t0 = start()
-        cdef Message send = None, recv = None
+        cdef Message send, recv
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        cdef uint64_t local = 0
-        eligible = not disabled and lo[GATHERV] != NEVER and 0 <= root < size
-        counts = displs = None
-        ok = eligible
-        if ok and rank == root:
-            vec = parse_vector(recvbuf, True, size)
-            if vec is None:
-                ok = False
-            else:
-                recv, counts, displs = vec
-        if ok and not (rank == root and sendbuf is _IN_PLACE):
-            send = parse(sendbuf, False)
-            ok = send is not None and (rank != root or
-                                       send.nbytes ==
-                                       counts[rank] * recv.itemsize)
-        if ok:
-            if rank == root:
-                local = 1 + max(counts) * recv.itemsize
-            else:
-                local = 1 + send.nbytes
-        pool, agreed = settle(self, GATHERV, eligible, local, size)
+        pool, agreed, recv, counts, displs, send = settle_rooted_v(
+            self, GATHERV, recvbuf, True, sendbuf, root, size, rank)
         if pool is None:
             _Stock.Gatherv(self, sendbuf, recvbuf, root)
             passed(GATHERV, t0)
@@ -802,29 +810,10 @@ class CommBase(_Intracomm):
         header step, as for Gatherv."""
         ensure_configured()
         cdef double t0 = start()
-        cdef Message send = None, recv = None
+        cdef Message send, recv
         cdef int size = self.Get_size(), rank = self.Get_rank()
-        cdef uint64_t local = 0
-        eligible = not disabled and lo[SCATTERV] != NEVER and 0 <= root < size
-        counts = displs = None
-        ok = eligible
-        if ok and rank == root:
-            vec = parse_vector(sendbuf, False, size)
-            if vec is None:
-                ok = False
-            else:
-                send, counts, displs = vec
-        if ok and not (rank == root and recvbuf is _IN_PLACE):
-            recv = parse(recvbuf, True)
-            ok = recv is not None and (rank != root or
-                                       recv.nbytes ==
-                                       counts[rank] * send.itemsize)
-        if ok:
-            if rank == root:
-                local = 1 + max(counts) * send.itemsize
-            else:
-                local = 1 + recv.nbytes
-        pool, agreed = settle(self, SCATTERV, eligible, local, size)
+        pool, agreed, send, counts, displs, recv = settle_rooted_v(
+            self, SCATTERV, sendbuf, False, recvbuf, root, size, rank)
         if pool is None:
             _Stock.Scatterv(self, sendbuf, recvbuf, root)
             passed(SCATTERV, t0)
