@@ -16,6 +16,7 @@ usage: python -m cxlmpi [options] <pyfile> [arg] ...
    or: python -m cxlmpi [options] -c <cmd> [arg] ...
    or: python -m cxlmpi [options] - [arg] ...
    or: python -m cxlmpi --info
+   or: python -m cxlmpi [--pool SPEC] --pool-status | --pool-reset [all]
 
 options:
   --stats            print per-collective statistics at exit (CXLMPI_STATS=1)
@@ -24,11 +25,18 @@ options:
   --pool-size SIZE   bytes of each pool segment (CXLMPI_POOL_SIZE)
   --coherence MODE   hw or sw (CXLMPI_COHERENCE)
   --timeout SECONDS  pool wait limit (CXLMPI_TIMEOUT)
+  --pool SPEC        shm, numa:N, file:PATH or dax:/dev/daxX.Y (CXLMPI_POOL)
+  --pool-groups G    split the ranks sharing memory into G pools (CXLMPI_POOL_GROUPS)
   --info             print version, MPI library, settings and exit
+  --pool-status      print the partition table of a pool file or device
+  --pool-reset [all] free partitions whose jobs are gone (all: every partition,
+                     and write a new table; only when no job uses the pool)
   -h, --help         show this help and exit
 """
 
 _VALUE_OPTIONS = {
+    "--pool": "CXLMPI_POOL",
+    "--pool-groups": "CXLMPI_POOL_GROUPS",
     "--threshold": "CXLMPI_THRESHOLD",
     "--pool-size": "CXLMPI_POOL_SIZE",
     "--coherence": "CXLMPI_COHERENCE",
@@ -92,6 +100,48 @@ def info() -> str:
     return "\n".join(lines)
 
 
+def pool_admin(kind: str, everything: bool) -> int:
+    """--pool-status / --pool-reset on the pool file or device of
+    CXLMPI_POOL; returns the exit status."""
+    import time
+
+    from . import backends, config
+    from .errors import CXLMPIError
+
+    spec = backends.parse_spec(config.get().pool)
+    if not spec.shared_file:
+        sys.stderr.write(f"python -m cxlmpi: CXLMPI_POOL={spec} has no partition table "
+                         f"(shm and numa pools are private segments, gone with their "
+                         f"job); name a pool with --pool file:PATH or dax:DEVICE\n")
+        return 2
+    try:
+        dev = backends.open_device(spec)
+        if kind == "reset":
+            freed = dev.reset(everything)
+            what = "rewrote the table; " if everything else ""
+            print(f"{spec}: {what}freed {len(freed)} partition(s)"
+                  + (f": {freed}" if freed else ""))
+            return 0
+        dev.check_header(format_if_empty=False)
+    except CXLMPIError as exc:
+        sys.stderr.write(f"python -m cxlmpi: {exc}\n")
+        return 1
+    h = dev.header()
+    entries = dev.entries()
+    print(f"{spec}: {h['capacity']} bytes, alignment {h['align']}, table v{h['version']}, "
+          f"id {h['uuid']}, {len(entries)} partition(s) in use")
+    if entries:
+        print(f"{'#':>3} {'state':<9} {'offset':>12} {'bytes':>12} {'ranks':>5} "
+              f"{'host':<16} {'pid':>8} {'age s':>8}  stale")
+    now = time.time_ns()
+    for e in entries:
+        host = e["host"] + ("" if e["this_host"] else " (other)")
+        print(f"{e['index']:>3} {e['state']:<9} {e['offset']:>12} {e['nbytes']:>12} "
+              f"{e['nranks']:>5} {host:<16} {e['pid']:>8} "
+              f"{(now - e['since_ns']) / 1e9:>8.0f}  {'yes' if e['stale'] else 'no'}")
+    return 0
+
+
 def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
     """(kind, target, args) from the command line; applies the options."""
     i = 0
@@ -101,6 +151,11 @@ def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
             _usage()
         elif arg == "--info":
             return "info", None, []
+        elif arg == "--pool-status":
+            return "status", None, []
+        elif arg == "--pool-reset":
+            everything = argv[i + 1:i + 2] == ["all"]
+            return "reset", "all" if everything else None, []
         elif arg == "--stats":
             os.environ["CXLMPI_STATS"] = "1"
         elif arg == "--no-pool":
@@ -207,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     if kind == "info":
         print(info())
         return
+    if kind in ("status", "reset"):
+        sys.exit(pool_admin(kind, target == "all"))
 
     from . import install_stats_hook, patch
 

@@ -9,6 +9,7 @@ lower-case object methods (bcast, gather, ...) delegate to cxlmpi.objects.
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -18,19 +19,26 @@ from . import _shim, config
 from ._pool import Pool, PoolFailure
 from .errors import CXLMPIError, CXLMPIPeerError, CXLMPITimeoutError
 from .group import create_pool
+from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
+from .hierarchy import Hierarchy
 
 __all__ = ["CXLComm", "wrap"]
 
 
 class _State:
     """Pool state of one MPI communicator (shared by every Python object
-    with the same handle); `pool` is None when its ranks share no pool."""
+    with the same handle); `pool` is None when its ranks share no pool, a
+    Hierarchy when they span several; `only` (for a Hierarchy) tells, per
+    collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error")
+    __slots__ = ("pool", "error", "only")
 
-    def __init__(self, pool: Pool | None) -> None:
+    def __init__(self, pool: Pool | Hierarchy | None) -> None:
         self.pool = pool
         self.error: CXLMPIError | None = None
+        self.only: tuple[bool, ...] | None = None
+        if isinstance(pool, Hierarchy):
+            self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -50,6 +58,17 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Unmap the pools of communicators never freed, so that a partition of
+    a pool file or device is given back when the job ends (MPI has no
+    collective left to run: each rank lets go of its own mappings)."""
+    for state in list(_states.values()):
+        pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
+        if pool is not None:
+            pool.close()
 
 
 def _state_for(comm: MPI.Intracomm) -> _State:

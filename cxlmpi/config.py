@@ -49,11 +49,16 @@ def _parse_coherence(text: str) -> str:
 
 
 def _parse_backend(text: str) -> str:
-    s = text.strip()
-    if s != "shm":
-        raise ValueError(
-            f"pool backend {text!r} is not available in this version (use shm)")
-    return s
+    from .backends import parse_spec
+
+    return str(parse_spec(text))
+
+
+def _parse_groups(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"not a number of pool groups: {text!r} (use 1 or more)")
+    return value
 
 
 def _parse_timeout(text: str) -> float:
@@ -80,7 +85,15 @@ class Variable:
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("CXLMPI_POOL", _parse_backend, "shm",
-             "Pool backend: shm (POSIX shared memory on this node)."),
+             "Where pools live: shm (POSIX shared memory, one segment per "
+             "pool), numa:N (shared memory bound to NUMA node N, e.g. a CXL "
+             "expander in system-ram mode), file:PATH (a file on tmpfs, "
+             "hugetlbfs or fsdax, partitioned between jobs), dax:/dev/daxX.Y "
+             "(a devdax device, partitioned between jobs)."),
+    Variable("CXLMPI_POOL_GROUPS", _parse_groups, "1",
+             "Split the ranks that share memory into this many pool groups; "
+             "collectives then run hierarchically (in each pool, then MPI "
+             "among group leaders), as across hosts."),
     Variable("CXLMPI_POOL_SIZE", parse_size, "64M",
              "Bytes of each communicator's pool segment (control lines plus "
              "two data halves per rank); larger messages are pipelined."),
@@ -118,6 +131,7 @@ class Config:
     """The settings in force; one attribute per variable (see VARIABLES)."""
 
     pool: str
+    pool_groups: int
     pool_size: int
     threshold: int
     tuning: str

@@ -1,47 +1,57 @@
 """Pool groups: which ranks of a communicator share a pool, and setting up
-the pool they share.
+the pools they share.
 
-The pool group of a communicator is the set of ranks MPI puts in one
-shared-memory split (MPI.COMM_TYPE_SHARED).  This version runs the pool path
-only when that is the whole communicator (a one-node job, or a communicator
-inside one node); a communicator that spans nodes passes every call through.
-Every rank reaches the same verdict, because either all ranks are in one
-split or none is.
+Ranks belong to one pool group when they can map the same memory: for shm
+and numa pools, the ranks of one node (MPI's COMM_TYPE_SHARED split); for a
+pool file or a devdax device, the ranks that see the same partition table
+(its random identity, not the host name: a CXL device shared by several
+hosts puts ranks of every host in one group).  CXLMPI_POOL_GROUPS=G splits
+each of those into G groups of consecutive ranks, so that the hierarchy runs
+(and is tested) on one node as if on G hosts.
+
+One group holding every rank: a flat pool (cxlmpi._pool.Pool).  Several
+groups: a Hierarchy (cxlmpi.hierarchy) - each collective runs in every
+group's pool and through MPI among the group leaders.  Every rank reaches
+the same verdict (the outcome of each step is allgathered), and a set-up
+error on any rank is raised on every rank.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 from mpi4py import MPI
 
-from . import config
-from ._pool import Pool
-from .errors import CXLMPIConfigError, CXLMPIPoolError
+from . import backends, config
+from ._pool import Pool, check_layout
+from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
+from .hierarchy import Hierarchy
 
 __all__ = ["create_pool"]
 
 
 def _settings_key(cfg: config.Config) -> tuple:
     # The settings the layout and the dispatch rules depend on.
-    return (cfg.pool, cfg.pool_size, cfg.chunk_size, cfg.rsag_threshold,
-            cfg.coherence, cfg.disable, sorted(cfg.windows().items()))
+    return (cfg.pool, cfg.pool_size, cfg.pool_groups, cfg.chunk_size,
+            cfg.rsag_threshold, cfg.coherence, cfg.disable,
+            sorted(cfg.windows().items()))
 
 
-def create_pool(comm: MPI.Intracomm) -> Pool | None:
-    """Collective over `comm`: the pool its ranks share, or None when they
-    cannot share one.  Raises the same error on every rank if setup fails."""
+def _raise_any(comm: MPI.Intracomm, error: str | None, kind: type = CXLMPIPoolError) -> None:
+    """Collective: raise on every rank if `error` is set on any."""
+    errors = [e for e in comm.allgather(error) if e]
+    if errors:
+        raise kind("; ".join(dict.fromkeys(errors)))
+
+
+def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
+    """Collective over `comm`: the pool (or hierarchy of pools) its ranks
+    share, or None when no two ranks share one.  Raises the same error on
+    every rank if setup fails."""
     size = comm.Get_size()
     if size < 2:
         return None
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        whole = node.Get_size() == size
-    finally:
-        node.Free()
-    if not whole:
-        return None
-
     cfg = config.get()
     keys = comm.allgather(_settings_key(cfg))
     if any(k != keys[0] for k in keys):
@@ -49,35 +59,128 @@ def create_pool(comm: MPI.Intracomm) -> Pool | None:
         raise CXLMPIConfigError(
             f"CXLMPI_* settings differ between ranks (ranks {bad} differ from "
             f"rank 0); launch every rank with the same environment")
+    spec = backends.parse_spec(cfg.pool)
+    local, node_size = _pool_group(comm, spec, cfg.pool_groups)
+    # Busy-poll only with a core per rank of the node; else yield at once.
+    spin = node_size <= len(os.sched_getaffinity(0))
+    try:
+        groups = _groups(comm, local)
+        if len(groups) == 1:
+            return _make_pool(comm, comm, spec, cfg, spin)
+        pool = _make_pool(comm, local, spec, cfg, spin)
+        leader = local.Get_rank() == 0
+        leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
+        return Hierarchy(comm.Get_rank(), groups, pool,
+                         leaders if leader else None, local.Get_rank())
+    finally:
+        local.Free()
 
+
+def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
+                ngroups: int) -> tuple[MPI.Intracomm, int]:
+    """Collective: the communicator of this rank's pool group, and the
+    number of ranks of `comm` on this node."""
     rank = comm.Get_rank()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, rank)
+    node_size = node.Get_size()
+    try:
+        if spec.shared_file:
+            # The first rank of each node creates a missing pool file and
+            # formats an empty table; then every rank opens it.
+            error = None
+            if node.Get_rank() == 0:
+                error = _open_error(spec, create=True)
+            _raise_any(comm, error, CXLMPIConfigError)
+            error = _open_error(spec, create=False)
+            _raise_any(comm, error, CXLMPIConfigError)
+            ident = backends.open_device(spec).identity
+            idents = sorted(set(comm.allgather(ident)))
+            same = comm.Split(idents.index(ident), rank)
+        else:
+            if spec.kind == "numa":
+                backends.numa_check(spec.node)  # the same verdict on every rank
+            same = node.Dup()
+    finally:
+        node.Free()
+    try:
+        n = same.Get_size()
+        return same.Split(same.Get_rank() * ngroups // n, rank), node_size
+    finally:
+        same.Free()
+
+
+def _open_error(spec: backends.PoolSpec, create: bool) -> str | None:
+    try:
+        backends.open_device(spec, create=create).check_header(format_if_empty=create)
+    except CXLMPIError as exc:
+        return str(exc)
+    return None
+
+
+def _groups(comm: MPI.Intracomm, local: MPI.Intracomm) -> list[list[int]]:
+    """Every group's ranks of `comm`, groups ordered by their first rank."""
+    leader_of = comm.allgather(local.bcast(comm.Get_rank(), root=0))
+    groups: dict[int, list[int]] = {}
+    for r, lead in enumerate(leader_of):
+        groups.setdefault(lead, []).append(r)
+    return [groups[lead] for lead in sorted(groups)]
+
+
+def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
+               cfg: config.Config, spin: bool) -> Pool | None:
+    """Collective over `comm`: the pool of `group` (this rank's pool group,
+    possibly `comm` itself; None for a group of one), created by its first
+    rank and mapped by the others.  Errors of any group are raised on every
+    rank of `comm`."""
+    rank, n = group.Get_rank(), group.Get_size()
     pool = None
-    name = None
     error = None
+    where = None
+    if n == 1:
+        _raise_any(comm, None)
+        return None
     if rank == 0:
         try:
-            pool = Pool.create(0, size, cfg.pool_size)
-            name = pool.name
-        except (OSError, ValueError) as exc:
-            error = f"rank 0 could not create the pool: {exc}"
-    name, error = comm.bcast((name, error), root=0)
+            check_layout(n, cfg.pool_size)
+            if spec.shared_file:
+                dev = backends.open_device(spec)
+                entry, token, offset, length = dev.claim(cfg.pool_size, n)
+                pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, 0, n, True,
+                                          token, f"{spec}#{entry}")
+                pool.release = functools.partial(dev.release, entry, token)
+                where = (entry, token, offset)
+            else:
+                pool = Pool.create(0, n, cfg.pool_size,
+                                   numa_node=spec.node if spec.kind == "numa" else -1)
+                where = pool.name
+        except (OSError, ValueError, CXLMPIError) as exc:
+            error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
+    where, error = group.bcast((where, error), root=0)
     if error is None and rank != 0:
         try:
-            pool = Pool.attach(name, rank, size, cfg.pool_size)
+            if spec.shared_file:
+                entry, token, offset = where
+                dev = backends.open_device(spec)
+                pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, rank, n,
+                                          False, token, f"{spec}#{entry}")
+                pool.release = functools.partial(dev.release, entry, token)
+            else:
+                pool = Pool.attach(where, rank, n, cfg.pool_size)
         except (OSError, ValueError) as exc:
-            error = f"rank {rank} could not map pool {name}: {exc}"
-    errors = [e for e in comm.allgather(error) if e]
-    if rank == 0 and pool is not None:
-        pool.unlink()  # every rank has mapped it (or failed): drop the name
-    if errors:
+            error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
+    if error and not spec.shared_file:
+        error += " (check /dev/shm space and CXLMPI_POOL_SIZE)"
+    try:
+        _raise_any(comm, error)
+    except CXLMPIPoolError:
         if pool is not None:
             pool.close()
-        raise CXLMPIPoolError(
-            "; ".join(dict.fromkeys(errors))
-            + " (check /dev/shm space and CXLMPI_POOL_SIZE)")
+        raise
+    finally:
+        if rank == 0 and pool is not None:
+            pool.unlink()  # every rank has mapped it (or failed): drop the name
     pool.timeout_s = cfg.timeout
-    # Busy-poll only with a core per rank; oversubscribed ranks yield at once.
-    pool.spin = size <= len(os.sched_getaffinity(0))
+    pool.spin = spin
     pool.software_coherence = cfg.coherence == "sw"
     pool.chunk_nbytes = cfg.chunk_size
     pool.rsag_min_nbytes = cfg.rsag_threshold

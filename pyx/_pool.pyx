@@ -12,6 +12,8 @@ process may map it at a different address)::
                         +8  pid   r's process id, for the liveness check
                         +16 value[2]  a number r publishes with a step
                             (its byte count in a header step), by parity
+                        +32 host  r's host (pids are per host)
+                        +40 attached  1 while r has the pool mapped
     slot_offset       data slots: rank r owns two halves of half_nbytes each,
                       at slot_offset + (2*r + h) * half_nbytes
 
@@ -35,10 +37,15 @@ from posix.mman cimport (shm_open, shm_unlink, mmap, munmap, PROT_READ,
                          PROT_WRITE, MAP_SHARED, MAP_FAILED)
 from posix.fcntl cimport O_RDWR, O_CREAT, O_EXCL
 from posix.stat cimport struct_stat, fstat, S_IRWXG, S_IRWXO
-from libc.string cimport strerror
+from libc.string cimport strerror, memset
+from posix.types cimport off_t
 
 import os
 import secrets
+
+cdef extern from "<sys/syscall.h>" nogil:
+    long SYS_mbind
+    long syscall(long number, ...)
 
 cdef extern from "cxl_kernels.h" nogil:
     ctypedef void (*cxl_reduce_fn)(void *dst, const void *a, const void *b, size_t n)
@@ -67,6 +74,8 @@ DEF VERSION = 1
 DEF HEADER_NBYTES = 4096
 DEF CTRL_NBYTES = 128
 DEF PAGE_NBYTES = 4096
+DEF HOST_WORD = 4      # control-line word: the host's identity (cxlmpi.backends)
+DEF ATTACHED_WORD = 5  # control-line word: 1 while the rank has the pool mapped
 
 # Status codes returned by the nogil algorithms.
 DEF OK = 0
@@ -92,6 +101,7 @@ ctypedef struct header_t:
     uint64_t total_nbytes
     uint64_t slot_offset
     uint64_t half_nbytes
+    uint64_t token         # partition token (device pools), 0 for shm
 
 
 ctypedef struct state_t:
@@ -119,6 +129,48 @@ def cpu_features():
             "clwb": bool(cxl_has_clwb()),
             "avx2": bool(cxl_has_avx2()),
             "avx512f": bool(cxl_has_avx512f())}
+
+
+def flush(uintptr_t address, size_t nbytes, bint invalidate):
+    """Write back (and with `invalidate`, drop) the cache lines of a range:
+    how metadata outside a pool (the partition table) is shared between
+    hosts without coherent caches."""
+    cxl_flush(<const void *>address, nbytes, invalidate)
+
+
+DEF MPOL_BIND = 2
+
+
+cdef bind_node(char *base, size_t nbytes, int node):
+    """Bind the pages of a fresh shared mapping to NUMA node `node` before
+    anything touches them."""
+    cdef unsigned long mask[16]
+    if node < 0 or node >= 16 * 64:
+        raise PoolError(0, f"NUMA node {node} is out of range")
+    memset(mask, 0, sizeof(mask))
+    mask[node // 64] = 1UL << (node % 64)
+    if syscall(SYS_mbind, base, nbytes, MPOL_BIND, mask, 16 * 64 + 1, 0) != 0:
+        raise PoolError(errno, f"mbind(node {node}): {strerror(errno).decode()}")
+
+
+cdef uint64_t host_id = 0
+
+
+def set_host(uint64_t value):
+    """This host's identity, stored in the control lines of the pools this
+    process maps (a pid means something only on its host)."""
+    global host_id
+    host_id = value
+
+
+def check_layout(int nranks, size_t pool_nbytes):
+    """Raise ValueError when a pool of `pool_nbytes` bytes has no room for
+    `nranks` ranks."""
+    half = Pool.layout(nranks, pool_nbytes)[1]
+    if half < 2 * PAGE_NBYTES:
+        raise ValueError(
+            f"pool of {pool_nbytes} bytes is too small for {nranks} ranks; "
+            f"raise CXLMPI_POOL_SIZE")
 
 
 def flushed_lines():
@@ -550,6 +602,7 @@ cdef class Pool:
     cdef public size_t chunk_nbytes
     cdef public size_t rsag_min_nbytes
     cdef public int rsag_min_ranks
+    cdef public object release   # called once after close (frees a partition)
 
     def __cinit__(self):
         self.st.base = NULL
@@ -560,7 +613,12 @@ cdef class Pool:
         self._unmap()
 
     cdef _unmap(self):
+        cdef uint64_t *line
         if self.st.base != NULL:
+            if self.st.size > 0:  # set up: mark this rank's line detached
+                line = seq_ptr(&self.st, self.st.rank)
+                line[ATTACHED_WORD] = 0
+                cxl_flush(line, CTRL_NBYTES, 0)
             munmap(self.st.base, self.nbytes)
             self.st.base = NULL
         if not self.unlinked:
@@ -578,14 +636,14 @@ cdef class Pool:
         return slot_offset, half // PAGE_NBYTES * PAGE_NBYTES
 
     @staticmethod
-    def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi"):
-        """Create, size and map a new segment under an unguessable name
-        (O_EXCL, mode 0600); returns the Pool of the creating rank."""
-        slot_offset, half = Pool.layout(nranks, pool_nbytes)
-        if half < 2 * PAGE_NBYTES:
-            raise ValueError(
-                f"pool of {pool_nbytes} bytes is too small for {nranks} ranks; "
-                f"raise CXLMPI_POOL_SIZE")
+    def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
+               int numa_node=-1):
+        """Create, size and map a new POSIX shared-memory segment under an
+        unguessable name (O_EXCL, mode 0600); returns the Pool of the
+        creating rank.  With `numa_node` >= 0 the segment's pages are bound
+        to that NUMA node (the policy is stored with the shared object, so
+        every rank's page faults follow it)."""
+        check_layout(nranks, pool_nbytes)
         name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
         cdef bytes bname = name.encode()
         cdef int fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
@@ -598,19 +656,15 @@ cdef class Pool:
             if ftruncate(fd, pool_nbytes) != 0:
                 raise PoolError(errno, f"ftruncate({name}, {pool_nbytes}): "
                                        f"{strerror(errno).decode()}")
-            pool._map(fd, pool_nbytes, rank)
+            pool._map(fd, 0, pool_nbytes)
+            if numa_node >= 0:
+                bind_node(pool.st.base, pool_nbytes, numa_node)
         except BaseException:
             close(fd)
             pool._unmap()
             raise
         close(fd)
-        cdef header_t *h = <header_t *>pool.st.base
-        h.version = VERSION
-        h.nranks = nranks
-        h.total_nbytes = pool_nbytes
-        h.slot_offset = slot_offset
-        h.half_nbytes = half
-        cxl_store_release(&h.magic, MAGIC)
+        pool._format(nranks, 0)
         pool._setup(rank)
         return pool
 
@@ -631,25 +685,67 @@ cdef class Pool:
                 raise PoolError(0, f"{name}: not a private segment of this user")
             if <size_t>sb.st_size != pool_nbytes:
                 raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {pool_nbytes}")
-            pool._map(fd, pool_nbytes, rank)
+            pool._map(fd, 0, pool_nbytes)
         finally:
             close(fd)
-        cdef header_t *h = <header_t *>pool.st.base
-        slot_offset, half = Pool.layout(nranks, pool_nbytes)
-        if (cxl_load_acquire(&h.magic) != MAGIC or h.version != VERSION
-                or h.nranks != <uint32_t>nranks or h.total_nbytes != pool_nbytes
-                or h.slot_offset != slot_offset or h.half_nbytes != half):
-            pool._unmap()
-            raise PoolError(0, f"{name}: header does not match this job's pool")
+        pool._verify(nranks, 0)
         pool._setup(rank)
         return pool
 
-    cdef _map(self, int fd, size_t nbytes, int rank):
-        cdef void *addr = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    @staticmethod
+    def map_partition(int fd, size_t offset, size_t nbytes, int rank, int nranks,
+                      bint create, uint64_t token, str name):
+        """Map `nbytes` of an open file or device at `offset` (a partition
+        claimed through the device's partition table, see
+        cxlmpi.backends).  The creating rank formats the partition, wiping
+        whatever an earlier job left in its control lines; the others check
+        that it carries this job's `token`."""
+        check_layout(nranks, nbytes)
+        cdef Pool pool = Pool.__new__(Pool)
+        pool.name = name
+        pool._map(fd, offset, nbytes)
+        if create:
+            pool._format(nranks, token)
+        else:
+            pool._verify(nranks, token)
+        pool._setup(rank)
+        return pool
+
+    cdef _map(self, int fd, size_t offset, size_t nbytes):
+        cdef void *addr = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                               fd, <off_t>offset)
         if addr == MAP_FAILED:
-            raise PoolError(errno, f"mmap({self.name}, {nbytes}): {strerror(errno).decode()}")
+            raise PoolError(errno, f"mmap({self.name}, {nbytes} bytes at {offset}): "
+                                   f"{strerror(errno).decode()}")
         self.st.base = <char *>addr
         self.nbytes = nbytes
+
+    cdef _format(self, int nranks, uint64_t token):
+        """Write the header of a new pool: control lines zeroed first (no
+        stale step of an earlier user), the magic number last."""
+        slot_offset, half = Pool.layout(nranks, self.nbytes)
+        cdef size_t ctrl_end = HEADER_NBYTES + <size_t>nranks * CTRL_NBYTES
+        memset(self.st.base, 0, ctrl_end)
+        cdef header_t *h = <header_t *>self.st.base
+        h.version = VERSION
+        h.nranks = nranks
+        h.total_nbytes = self.nbytes
+        h.slot_offset = slot_offset
+        h.half_nbytes = half
+        h.token = token
+        cxl_store_release(&h.magic, MAGIC)
+        cxl_flush(self.st.base, ctrl_end, 0)
+
+    cdef _verify(self, int nranks, uint64_t token):
+        cdef header_t *h = <header_t *>self.st.base
+        cxl_flush(h, sizeof(header_t), 1)
+        slot_offset, half = Pool.layout(nranks, self.nbytes)
+        if (cxl_load_acquire(&h.magic) != MAGIC or h.version != VERSION
+                or h.nranks != <uint32_t>nranks or h.total_nbytes != self.nbytes
+                or h.slot_offset != slot_offset or h.half_nbytes != half
+                or h.token != token):
+            self._unmap()
+            raise PoolError(0, f"{self.name}: header does not match this job's pool")
 
     cdef _setup(self, int rank):
         cdef header_t *h = <header_t *>self.st.base
@@ -666,7 +762,10 @@ cdef class Pool:
         self.rsag_min_ranks = 3
         cdef uint64_t *line = seq_ptr(&self.st, rank)
         (<int64_t *>line)[1] = getpid()
+        line[HOST_WORD] = host_id
+        line[ATTACHED_WORD] = 1
         cxl_store_release(line, 0)
+        cxl_flush(line, CTRL_NBYTES, 0)
 
     def unlink(self):
         """Remove the segment's name; the mappings stay valid."""
@@ -675,8 +774,12 @@ cdef class Pool:
             self.unlinked = True
 
     def close(self):
-        """Unmap the segment (and unlink it if this rank still owns the name)."""
+        """Unmap the segment (and unlink it if this rank still owns the name);
+        then give a claimed partition back."""
         self._unmap()
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
     @property
     def closed(self):

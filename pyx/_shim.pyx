@@ -451,15 +451,19 @@ def bind(state_for, fail):
     _fail = fail
 
 
-cpdef object pool_of(object comm):
-    """The pool of `comm`, set up on first use (collective then: every rank
-    must call it at the same point); None when its ranks share no pool.
-    Raises the error that broke the pool, if one did."""
+cpdef object pool_of(object comm, int which=-1):
+    """The pool of `comm` for collective `which` (-1: the object
+    collectives), set up on first use (collective then: every rank must
+    call it at the same point); None when its ranks share no pool or their
+    pool hierarchy does not run that collective.  Raises the error that
+    broke the pool, if one did."""
     state = _states.get(comm.handle)
     if state is None:
         state = _state_for(comm)
     if state.error is not None:
         raise state.error
+    if state.only is not None and (which < 0 or not state.only[which]):
+        return None
     return state.pool
 
 
@@ -469,7 +473,7 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     pool path) and all decide alike from the maximum."""
     if not eligible:
         return None, 0
-    pool = pool_of(comm)
+    pool = pool_of(comm, which)
     if pool is None:
         return None, 0
     cdef uint64_t agreed = run(comm, pool.agree, local)
@@ -582,7 +586,7 @@ class CommBase(_Intracomm):
             msg = parse(buf, root != self.Get_rank())
             if msg is not None and not within(BCAST, msg.nbytes):
                 msg = None
-        pool = pool_of(self) if msg is not None else None
+        pool = pool_of(self, BCAST) if msg is not None else None
         if pool is None:
             _stock_bcast(self, buf, root)
             passed(BCAST, t0)
@@ -601,7 +605,7 @@ class CommBase(_Intracomm):
         if not small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE]) and \
                 0 <= root < self.Get_size():
             plan = plan_reduce(REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
-        pool = pool_of(self) if plan is not None else None
+        pool = pool_of(self, REDUCE) if plan is not None else None
         if pool is None:
             _stock_reduce(self, sendbuf, recvbuf, op, root)
             passed(REDUCE, t0)
@@ -619,7 +623,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send, recv
         plan = plan_reduce(ALLREDUCE, sendbuf, recvbuf, op, True)
-        pool = pool_of(self) if plan is not None else None
+        pool = pool_of(self, ALLREDUCE) if plan is not None else None
         if pool is None:
             _stock_allreduce(self, sendbuf, recvbuf, op)
             passed(ALLREDUCE, t0)
@@ -651,7 +655,7 @@ class CommBase(_Intracomm):
                     recv = None
         else:
             recv = None
-        pool = pool_of(self) if recv is not None else None
+        pool = pool_of(self, ALLGATHER) if recv is not None else None
         if pool is None:
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
@@ -682,7 +686,7 @@ class CommBase(_Intracomm):
                     if send is None or send.nbytes != \
                             counts[rank] * recv.itemsize:
                         vec = None
-        pool = pool_of(self) if vec is not None else None
+        pool = pool_of(self, ALLGATHERV) if vec is not None else None
         if pool is None:
             _Stock.Allgatherv(self, sendbuf, recvbuf)
             passed(ALLGATHERV, t0)
@@ -718,7 +722,7 @@ class CommBase(_Intracomm):
                     block = send.nbytes
         if block >= 0 and not within(GATHER, block * size):
             block = -1
-        pool = pool_of(self) if block >= 0 else None
+        pool = pool_of(self, GATHER) if block >= 0 else None
         if pool is None:
             _Stock.Gather(self, sendbuf, recvbuf, root)
             passed(GATHER, t0)
@@ -786,7 +790,7 @@ class CommBase(_Intracomm):
                     block = recv.nbytes
         if block >= 0 and not within(SCATTER, block * size):
             block = -1
-        pool = pool_of(self) if block >= 0 else None
+        pool = pool_of(self, SCATTER) if block >= 0 else None
         if pool is None:
             _Stock.Scatter(self, sendbuf, recvbuf, root)
             passed(SCATTER, t0)
@@ -856,7 +860,7 @@ class CommBase(_Intracomm):
                 send = parse(sendbuf, False, size)
                 if send is None or send.nbytes != block:
                     block = -1
-        pool = pool_of(self) if block >= 0 else None
+        pool = pool_of(self, ALLTOALL) if block >= 0 else None
         if pool is None:
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
@@ -929,7 +933,7 @@ class CommBase(_Intracomm):
                     not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
-        pool = pool_of(self) if recv is not None else None
+        pool = pool_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
         if pool is None:
             _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
             passed(REDUCE_SCATTER_BLOCK, t0)
@@ -973,7 +977,7 @@ class CommBase(_Intracomm):
             if recv is None or not within(REDUCE_SCATTER, total * recv.itemsize) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
-        pool = pool_of(self) if recv is not None else None
+        pool = pool_of(self, REDUCE_SCATTER) if recv is not None else None
         if pool is None:
             _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
             passed(REDUCE_SCATTER, t0)
@@ -996,7 +1000,7 @@ class CommBase(_Intracomm):
         ensure_configured()
         cdef double t0 = start()
         plan = plan_reduce(SCAN, sendbuf, recvbuf, op, True)
-        pool = pool_of(self) if plan is not None else None
+        pool = pool_of(self, SCAN) if plan is not None else None
         if pool is None:
             _Stock.Scan(self, sendbuf, recvbuf, op)
             passed(SCAN, t0)
@@ -1014,7 +1018,7 @@ class CommBase(_Intracomm):
         ensure_configured()
         cdef double t0 = start()
         plan = plan_reduce(EXSCAN, sendbuf, recvbuf, op, True)
-        pool = pool_of(self) if plan is not None else None
+        pool = pool_of(self, EXSCAN) if plan is not None else None
         if pool is None:
             _Stock.Exscan(self, sendbuf, recvbuf, op)
             passed(EXSCAN, t0)

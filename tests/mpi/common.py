@@ -111,9 +111,15 @@ def agree(ok: bool, what: str = "") -> None:
         raise AssertionError(f"{what}: failed on ranks {bad}")
 
 
-def pool_expected() -> bool:
-    """Whether large calls should go through the pool in this job."""
-    return SIZE > 1 and not CFG.disable
+def pool_expected(name: str) -> bool:
+    """Whether large calls of collective `name` ("objects": the object
+    collectives) should go through the pool in this job: with several pool
+    groups, only those the hierarchy runs."""
+    from cxlmpi import hierarchy
+
+    if SIZE < 2 or CFG.disable:
+        return False
+    return CFG.pool_groups < 2 or name in hierarchy.COLLECTIVES
 
 
 def pool_calls(name: str) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
-from common import PLAIN, RANK, SIZE, agree, expect_flush, make_data
+import pytest
+from common import CFG, PLAIN, RANK, SIZE, agree, expect_flush, make_data
+from cxlmpi._pool import Pool
 from mpi4py import MPI
 
 import cxlmpi
@@ -135,7 +137,13 @@ def test_timeout_names_missing_ranks(comm):
     dup = comm.Dup()
     data = make_data(np.float64, 4096, 40)
     dup.Allreduce(MPI.IN_PLACE, data)  # sets the pool up
-    states[dup.handle].pool.timeout_s = 0.5
+    pool = states[dup.handle].pool
+    if not isinstance(pool, Pool):
+        # Pool groups: the phase among group leaders is MPI's, and MPI
+        # collectives have no timeout (README, Pools that span hosts).
+        dup.Free()
+        pytest.skip("the inter-pool phase is MPI's (no timeout)")
+    pool.timeout_s = 0.5
     err = None
     if RANK != SIZE - 1:
         try:
@@ -155,3 +163,28 @@ def test_timeout_names_missing_ranks(comm):
     else:
         agree(True)  # the partner of the check above: agree() is collective
     dup.Free()
+
+
+def test_pool_lives_where_configured(comm):
+    """numa:N: the pool's pages are bound to node N (numa_maps shows the
+    shared policy in every rank); file:/dax: the pool is a claimed
+    partition of the table."""
+    from cxlmpi._shim import states
+
+    from cxlmpi import backends
+
+    data = make_data(np.float64, 4096, 41)
+    comm.Allreduce(MPI.IN_PLACE, data)  # the pool exists after a pool call
+    pool = states[comm.handle].pool
+    pool = getattr(pool, "pool", pool)  # a Hierarchy's own pool group
+    spec = backends.parse_spec(CFG.pool)
+    ok = True
+    if isinstance(pool, Pool) and spec.kind == "numa":
+        with open("/proc/self/numa_maps") as f:
+            lines = [line for line in f if "/dev/shm/cxlmpi-" in line]
+        ok = bool(lines) and all(f" bind:{spec.node} " in line for line in lines)
+    elif isinstance(pool, Pool) and spec.shared_file:
+        claimed = [e for e in backends.open_device(spec).entries() if e["state"] == "claimed"]
+        ok = any(e["nranks"] == pool.size and e["nbytes"] >= pool.total_nbytes
+                 for e in claimed)
+    agree(ok, f"pool of {spec} not where configured")

@@ -21,7 +21,7 @@ from cxlmpi import objects
 
 def pool_expected() -> bool:
     """Large objects go through the pool (CXLMPI_OBJECTS=1 switches it on)."""
-    return _pool_expected() and CFG.objects
+    return _pool_expected("objects") and CFG.objects
 
 # Size classes of the test objects.  "tiny" pickles below the test pool's
 # threshold (64 bytes); "medium" is a few KiB (above both the test and the

@@ -1,0 +1,152 @@
+"""Collectives over several pools: an intra-pool phase in each pool group's
+pool, an inter-pool phase through MPI among the group leaders.
+
+A communicator whose ranks span pools (hosts that do not share CXL memory,
+or CXLMPI_POOL_GROUPS > 1 on one node) gets a Hierarchy in place of a Pool.
+It offers the Pool methods the dispatcher calls for the collectives in
+`COLLECTIVES`; the others pass through to MPI on the whole communicator.
+
+    Barrier    pool barrier, leaders' MPI Barrier, pool barrier
+    Bcast      pool bcast in the root's group, MPI Bcast among leaders,
+               pool bcast in every other group
+    Allreduce  pool reduce to each leader, MPI Allreduce among leaders,
+               pool bcast from each leader
+    Reduce     pool reduce to each leader, MPI Reduce among leaders to the
+               root's leader, then leader to root through the pool
+
+A reduction combines each group's contributions first, then the groups': for
+floating point the result can differ in the last bits from a flat reduction,
+as it does between MPI libraries (MPI leaves the order open).  Every rank
+still receives the same bits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from mpi4py import MPI
+
+from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
+
+__all__ = ["Hierarchy", "COLLECTIVES"]
+
+COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce")
+
+_MPI_TYPES = {
+    "i8": MPI.INT8_T, "i16": MPI.INT16_T, "i32": MPI.INT32_T, "i64": MPI.INT64_T,
+    "u8": MPI.UINT8_T, "u16": MPI.UINT16_T, "u32": MPI.UINT32_T, "u64": MPI.UINT64_T,
+    "f32": MPI.FLOAT, "f64": MPI.DOUBLE, "c64": MPI.C_FLOAT_COMPLEX,
+    "c128": MPI.C_DOUBLE_COMPLEX, "bool": MPI.C_BOOL, "byte": MPI.BYTE,
+}
+MPI_TYPE = {code: _MPI_TYPES[name] for name, code in TYPE_CODES.items()}
+MPI_OP = {code: getattr(MPI, name) for name, code in OP_CODES.items()}
+
+
+def _buffer(address: int, count: int, itemsize: int, tcode: int) -> list:
+    """An MPI message [buffer, count, datatype] on memory at `address`."""
+    raw = (ctypes.c_char * (count * itemsize)).from_address(address)
+    return [memoryview(raw).cast("B"), count, MPI_TYPE[tcode]]
+
+
+class Hierarchy:
+    """This rank's view of a communicator spanning several pool groups."""
+
+    def __init__(self, rank: int, groups: list[list[int]], pool: Pool | None,
+                 leaders: MPI.Intracomm | None, local_rank: int) -> None:
+        self.groups = groups
+        self.where = {r: (g, i) for g, ranks in enumerate(groups) for i, r in enumerate(ranks)}
+        self.group, _ = self.where[rank]
+        self.rank = rank
+        self.pool = pool              # None in a group of one rank
+        self.leaders = leaders        # MPI among group leaders; None elsewhere
+        self.local_rank = local_rank
+
+    # --------------------------------------------------- Pool's interface
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.leaders is not None:
+            try:
+                if not MPI.Is_finalized():
+                    self.leaders.Free()
+            finally:
+                self.leaders = None
+
+    @property
+    def closed(self) -> bool:
+        return self.pool is None and self.leaders is None
+
+    def missing_ranks(self) -> list[int]:
+        if self.pool is None or self.pool.closed:
+            return []
+        ranks = self.groups[self.group]
+        return [ranks[q] for q in self.pool.missing_ranks()]
+
+    def _local(self, method: str, *args: object) -> None:
+        """A pool call in this rank's group; failures name ranks of the
+        whole communicator."""
+        if self.pool is None:
+            return
+        try:
+            getattr(self.pool, method)(*args)
+        except PoolFailure as exc:
+            raise PoolFailure(-1 if exc.timed_out else -2,
+                              self.groups[self.group][exc.rank], exc.what) from None
+
+    def barrier(self) -> None:
+        self._local("barrier")
+        if self.leaders is not None:
+            self.leaders.Barrier()
+        self._local("barrier")
+
+    def bcast(self, address: int, nbytes: int, root: int) -> None:
+        g_root, l_root = self.where[root]
+        if self.group == g_root:
+            self._local("bcast", address, nbytes, l_root)
+        if self.leaders is not None and nbytes:
+            self.leaders.Bcast(_buffer(address, nbytes, 1, TYPE_CODES["byte"]), g_root)
+        if self.group != g_root:
+            self._local("bcast", address, nbytes, 0)
+
+    def reduce(self, sendaddr: int, recvaddr: int, count: int, itemsize: int,
+               op: int, tcode: int, root: int) -> None:
+        nbytes = count * itemsize
+        leader = self.leaders is not None
+        if root < 0:                                  # Allreduce
+            self._reduce_local(sendaddr, recvaddr, count, itemsize, op, tcode)
+            if leader and count:
+                self.leaders.Allreduce(MPI.IN_PLACE,
+                                       _buffer(recvaddr, count, itemsize, tcode), MPI_OP[op])
+            self._local("bcast", recvaddr, nbytes, 0)
+            return
+        g_root, l_root = self.where[root]
+        scratch = None
+        dst = 0
+        if leader:
+            if self.rank == root:
+                dst = recvaddr
+            else:
+                scratch = ctypes.create_string_buffer(max(nbytes, 1))
+                dst = ctypes.addressof(scratch)
+        self._reduce_local(sendaddr, dst, count, itemsize, op, tcode)
+        if leader and count:
+            msg = _buffer(dst, count, itemsize, tcode)
+            if self.group == g_root:
+                self.leaders.Reduce(MPI.IN_PLACE, msg, MPI_OP[op], g_root)
+            else:
+                self.leaders.Reduce(msg, None, MPI_OP[op], g_root)
+        if self.group == g_root and l_root != 0:      # leader -> root
+            n = len(self.groups[self.group])
+            sizes = [nbytes if q == 0 else 0 for q in range(n)]
+            self._local("gather", dst if leader else 0, nbytes if leader else 0,
+                        [recvaddr if self.rank == root else 0] * n, sizes, l_root,
+                        nbytes, "Reduce")
+
+    def _reduce_local(self, sendaddr: int, dst: int, count: int, itemsize: int,
+                      op: int, tcode: int) -> None:
+        """The group's reduction into `dst` at the leader."""
+        if self.pool is not None:
+            self._local("reduce", sendaddr, dst, count, itemsize, op, tcode, 0)
+        elif dst != sendaddr:
+            ctypes.memmove(dst, sendaddr, count * itemsize)

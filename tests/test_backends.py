@@ -1,0 +1,342 @@
+"""Pool backends (cxlmpi.backends): specs, the sysfs facts of devdax devices
+and NUMA nodes (on fixture trees), the partition table of pool files and
+(emulated) devdax devices shared between jobs, and the bad input around them.
+The collectives over each backend run in tests/test_collectives.py."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cxlmpi._pool import Pool
+from harness import ROOT, mpi_env
+
+from cxlmpi import backends, config
+from cxlmpi.errors import CXLMPIConfigError, CXLMPIPoolError
+
+MIB = 1 << 20
+
+
+def make_file(path: Path, nbytes: int, mode: int = 0o600) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(nbytes)
+    os.chmod(path, mode)
+    return path
+
+
+def fresh(spec: str) -> backends.Device:
+    """A Device of `spec` opened anew (not the per-process cached one)."""
+    dev = backends._open(backends.parse_spec(spec), create=True)
+    dev.check_header(format_if_empty=True)
+    return dev
+
+
+def dax_fixture(root: Path, name: str, size: int, align: int | None) -> Path:
+    """A sysfs tree describing devdax device `name`."""
+    d = root / "bus" / "dax" / "devices" / name
+    d.mkdir(parents=True)
+    (d / "size").write_text(f"{size}\n")
+    if align is not None:
+        (d / "align").write_text(f"{align}\n")
+    return root
+
+
+# ------------------------------------------------------------------ specs
+
+@pytest.mark.parametrize("text, want", [
+    ("shm", backends.PoolSpec("shm")),
+    ("numa:1", backends.PoolSpec("numa", node=1)),
+    ("file:/dev/shm/p", backends.PoolSpec("file", path="/dev/shm/p")),
+    ("dax:/dev/dax0.0", backends.PoolSpec("dax", path="/dev/dax0.0")),
+])
+def test_parse_spec(text: str, want: backends.PoolSpec) -> None:
+    assert backends.parse_spec(text) == want
+    assert str(backends.parse_spec(str(want))) == str(want)
+
+
+@pytest.mark.parametrize("text", ["", "shm:x", "numa", "numa:-1", "numa:a", "file:",
+                                  "dax:", "cxl:/dev/dax0.0"])
+def test_bad_spec(text: str) -> None:
+    with pytest.raises(CXLMPIConfigError, match="CXLMPI_POOL"):
+        config.Config({"CXLMPI_POOL": text})
+
+
+def test_bad_pool_groups() -> None:
+    with pytest.raises(CXLMPIConfigError, match="CXLMPI_POOL_GROUPS"):
+        config.Config({"CXLMPI_POOL_GROUPS": "0"})
+
+
+# ------------------------------------------------------- sysfs, on fixtures
+
+def test_dax_geometry_from_sysfs(tmp_path: Path) -> None:
+    root = dax_fixture(tmp_path, "dax3.1", 4 << 30, 1 << 30)
+    assert backends.dax_geometry("/dev/dax3.1", root) == (4 << 30, 1 << 30)
+
+
+def test_dax_alignment_defaults_to_2mib(tmp_path: Path) -> None:
+    root = dax_fixture(tmp_path, "dax0.0", 64 * MIB, None)
+    assert backends.dax_geometry("/dev/dax0.0", root) == (64 * MIB, 2 * MIB)
+
+
+@pytest.mark.parametrize("size, align, match", [
+    (None, None, "cannot read its size"),
+    (64 * MIB, 3 * 4096, "power-of-two"),
+    (MIB, 2 * MIB, "smaller than its alignment"),
+])
+def test_dax_geometry_errors(tmp_path: Path, size, align, match) -> None:
+    if size is not None:
+        dax_fixture(tmp_path, "dax0.0", size, align)
+    with pytest.raises(CXLMPIConfigError, match=match):
+        backends.dax_geometry("/dev/dax0.0", tmp_path)
+
+
+def test_numa_node_check(tmp_path: Path) -> None:
+    nodes = tmp_path / "devices" / "system" / "node"
+    for n in (0, 2):
+        (nodes / f"node{n}").mkdir(parents=True)
+    (nodes / "has_memory").write_text("0\n")
+    backends.numa_check(0, tmp_path)
+    with pytest.raises(CXLMPIConfigError, match="no NUMA node 1 .*node0, node2"):
+        backends.numa_check(1, tmp_path)
+    with pytest.raises(CXLMPIConfigError, match="node 2 has no memory"):
+        backends.numa_check(2, tmp_path)
+    backends.numa_check(0)  # this machine's node 0
+    with pytest.raises(CXLMPIConfigError, match="no NUMA node 4095"):
+        backends.numa_check(4095)
+
+
+# --------------------------------------------------------- partition table
+
+def test_claims_are_aligned_disjoint_and_released(tmp_path: Path) -> None:
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 64 * MIB)}")
+    claims = [dev.claim(5 * MIB + 7, 2) for _ in range(3)]
+    spans = sorted((off, off + n) for _, _, off, n in claims)
+    assert all(n == 5 * MIB + 4096 for *_, n in claims)
+    assert spans[0][0] >= dev.table_nbytes
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert [e["state"] for e in dev.entries()] == ["claimed"] * 3
+    entry, token, *_ = claims[1]
+    dev.release(entry, token)
+    assert [e["index"] for e in dev.entries()] == [claims[0][0], claims[2][0]]
+    again = dev.claim(MIB, 2)      # first fit: the hole just freed
+    assert again[2] == claims[1][2]
+    dev.close()
+
+
+def test_device_full_names_the_setting(tmp_path: Path) -> None:
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
+    dev.claim(10 * MIB, 2)
+    with pytest.raises(CXLMPIPoolError, match="CXLMPI_POOL_SIZE"):
+        dev.claim(10 * MIB, 2)
+    dev.close()
+
+
+CLAIMER = """
+import os, signal, sys
+from cxlmpi import backends
+from cxlmpi._pool import Pool
+dev = backends.open_device(backends.parse_spec(sys.argv[1]), create=True)
+dev.check_header(format_if_empty=True)
+entry, token, offset, length = dev.claim(4 << 20, 2)
+pool = Pool.map_partition(dev.fd, offset, 4 << 20, 0, 2, True, token, "p")
+print(entry, offset, flush=True)
+if sys.argv[2] == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.stdin.read()          # hold the partition until the test closes stdin
+pool.close()
+dev.release(entry, token)
+"""
+
+
+def start_claimer(spec: str, how: str) -> tuple[subprocess.Popen, int, int]:
+    proc = subprocess.Popen([sys.executable, "-c", CLAIMER, spec, how], cwd=ROOT,
+                            env=mpi_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    entry, offset = map(int, proc.stdout.readline().split())
+    return proc, entry, offset
+
+
+def test_partition_of_a_killed_job_is_reclaimed(tmp_path: Path) -> None:
+    spec = f"file:{make_file(tmp_path / 'pool', 32 * MIB)}"
+    proc, entry, offset = start_claimer(spec, "die")
+    assert proc.wait() == -signal.SIGKILL
+    dev = fresh(spec)
+    [e] = dev.entries()
+    assert (e["index"], e["state"], e["stale"]) == (entry, "claimed", True)
+    assert dev.claim(4 * MIB, 2)[2] == offset  # reclaimed, then reused
+    assert len(dev.entries()) == 1
+    dev.close()
+
+
+def test_live_partition_is_never_overwritten(tmp_path: Path) -> None:
+    spec = f"file:{make_file(tmp_path / 'pool', 24 * MIB)}"
+    proc, entry, offset = start_claimer(spec, "live")
+    try:
+        dev = fresh(spec)
+        [e] = dev.entries()
+        assert not e["stale"]
+        assert dev.reset(everything=False) == []
+        mine = [dev.claim(4 * MIB, 2) for _ in range(4)]
+        assert all(o + n <= offset or o >= offset + 4 * MIB for _, _, o, n in mine)
+        with pytest.raises(CXLMPIPoolError, match="no room"):
+            dev.claim(4 * MIB, 2)
+        dev.close()
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    dev = fresh(spec)
+    assert [e["index"] for e in dev.entries()] == [c[0] for c in mine]
+    dev.close()
+
+
+def _claim_many(spec: str, barrier, n: int, out) -> None:
+    dev = backends.open_device(backends.parse_spec(spec))
+    barrier.wait()
+    out.put([dev.claim(MIB, 2)[2] for _ in range(n)])
+    barrier.wait()  # alive until all have claimed (else theirs are stale)
+
+
+def test_concurrent_claims_do_not_collide(tmp_path: Path) -> None:
+    """Four processes claim at once (the file lock and Fischer's protocol
+    serialize them): every partition is distinct."""
+    spec = f"file:{make_file(tmp_path / 'pool', 64 * MIB)}"
+    fresh(spec).close()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_claim_many, args=(spec, barrier, 6, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    offsets = [o for _ in procs for o in out.get(timeout=60)]
+    for p in procs:
+        p.join()
+    assert len(offsets) == 24 and len(set(offsets)) == 24
+
+
+def test_partition_contents_survive_a_new_claim(tmp_path: Path) -> None:
+    """Formatting a claimed partition wipes the stale control lines left in
+    it, and only its own bytes."""
+    path = make_file(tmp_path / "pool", 16 * MIB)
+    dev = fresh(f"file:{path}")
+    e1, t1, o1, n1 = dev.claim(4 * MIB, 2)
+    e2, t2, o2, n2 = dev.claim(4 * MIB, 2)
+    with open(path, "r+b") as f:
+        f.seek(o2)
+        f.write(b"\xab" * 8192)
+        f.seek(o1 + 4096)
+        f.write(struct.pack("<Q", 999))  # a stale step of an earlier job
+    pool = Pool.map_partition(dev.fd, o1, 4 * MIB, 0, 2, True, t1, "p")
+    assert pool.seqs() == [0, 0]
+    with pytest.raises(OSError, match="does not match"):
+        Pool.map_partition(dev.fd, o1, 4 * MIB, 1, 2, False, t2, "p")
+    pool.close()
+    assert path.read_bytes()[o2:o2 + 8192] == b"\xab" * 8192
+    dev.close()
+
+
+# -------------------------------------------------------------- bad input
+
+def test_other_version_and_foreign_contents(tmp_path: Path) -> None:
+    path = make_file(tmp_path / "pool", 16 * MIB)
+    fresh(f"file:{path}").close()
+    with open(path, "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<Q", 99))
+    with pytest.raises(CXLMPIPoolError, match="version 99 .*another cxlmpi version"):
+        fresh(f"file:{path}")
+    other = make_file(tmp_path / "other", 16 * MIB)
+    with open(other, "r+b") as f:
+        f.write(b"not a cxlmpi table")
+    with pytest.raises(CXLMPIPoolError, match="refusing to overwrite"):
+        fresh(f"file:{other}")
+    assert other.read_bytes()[:18] == b"not a cxlmpi table"
+
+
+@pytest.mark.parametrize("case, match", [
+    ("world", "world-writable"),
+    ("dir", "is a directory"),
+    ("missing-dax", "cannot open"),
+    ("tiny", "too small"),
+    ("chr", "not a devdax device|cannot read its size"),
+    ("regular-dax", "not a character device"),
+])
+def test_bad_pool_files(tmp_path: Path, monkeypatch, case: str, match: str) -> None:
+    monkeypatch.delenv("CXLMPI_SYSFS", raising=False)
+    spec = {
+        "world": lambda: f"file:{make_file(tmp_path / 'pool', 16 * MIB, 0o666)}",
+        "dir": lambda: f"file:{tmp_path}",
+        "missing-dax": lambda: "dax:/dev/dax97.3",
+        "tiny": lambda: f"file:{make_file(tmp_path / 'pool', 64 * 1024)}",
+        "chr": lambda: f"dax:{private_char_device()}",
+        "regular-dax": lambda: f"dax:{make_file(tmp_path / 'pool', 16 * MIB)}",
+    }[case]()
+    with pytest.raises(CXLMPIConfigError, match=match):
+        fresh(spec)
+
+
+def private_char_device() -> str:
+    """A character device this user may open read-write that is not
+    world-writable (and not a devdax device)."""
+    for path in ("/dev/kmsg", "/dev/mem", "/dev/port"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not st.st_mode & 0o002 and os.access(path, os.R_OK | os.W_OK):
+            return path
+    pytest.skip("no private character device to open here")
+
+
+def test_filesystem_that_cannot_share_memory() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs a writable procfs file (root)")
+    with pytest.raises(CXLMPIConfigError, match="cannot be mapped shared"):
+        fresh("file:/proc/sys/kernel/hostname")
+
+
+def test_dax_stand_in_uses_device_alignment(tmp_path: Path, monkeypatch) -> None:
+    """A regular file standing in for /dev/daxX.Y (CXLMPI_SYSFS names the
+    fixture tree): partitions and the table follow the 2 MiB alignment."""
+    dev_path = make_file(tmp_path / "dax5.0", 64 * MIB)
+    monkeypatch.setenv("CXLMPI_SYSFS", str(dax_fixture(tmp_path / "sys", "dax5.0",
+                                                       64 * MIB, None)))
+    dev = fresh(f"dax:{dev_path}")
+    assert (dev.capacity, dev.align, dev.table_nbytes) == (64 * MIB, 2 * MIB, 2 * MIB)
+    claims = [dev.claim(MIB + 1, 2) for _ in range(3)]
+    assert all(off % (2 * MIB) == 0 and n == 2 * MIB for _, _, off, n in claims)
+    dev.close()
+
+
+# --------------------------------------------------------------------- CLI
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cxlmpi", *args], cwd=ROOT,
+                          env=mpi_env(), capture_output=True, text=True, timeout=60)
+
+
+def test_pool_status_and_reset(tmp_path: Path) -> None:
+    spec = f"file:{make_file(tmp_path / 'pool', 32 * MIB)}"
+    live, live_entry, _ = start_claimer(spec, "live")
+    proc, entry, _ = start_claimer(spec, "die")
+    proc.wait()
+    try:
+        out = cli("--pool", spec, "--pool-status")
+        assert out.returncode == 0, out.stderr
+        rows = {int(line.split()[0]): line for line in out.stdout.splitlines()[2:]}
+        assert rows[entry].split()[-1] == "yes" and rows[live_entry].split()[-1] == "no"
+        out = cli("--pool", spec, "--pool-reset")
+        assert out.returncode == 0 and f"freed 1 partition(s): [{entry}]" in out.stdout
+        assert [e["index"] for e in fresh(spec).entries()] == [live_entry]
+    finally:
+        live.stdin.close()
+        live.wait(timeout=30)
+    out = cli("--pool", spec, "--pool-reset", "all")
+    assert out.returncode == 0 and "rewrote the table" in out.stdout
+    assert fresh(spec).entries() == []
+    out = cli("--pool-status")
+    assert out.returncode == 2 and "no partition table" in out.stderr
