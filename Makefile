@@ -50,7 +50,7 @@ lint: $(VENV)/.built
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cython-lint pyx/*.pyx
 
 bench: $(VENV)/.built
-	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) tools/bench.py
+	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.bench --ops all --sizes 8,64K,1M,16M --validate
 
 info: $(VENV)/.built
 	$(PY) -m cxlmpi --info

@@ -185,7 +185,7 @@ COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
                "alltoall", "alltoallv", "reduce_scatter_block",
                "reduce_scatter", "scan", "exscan")
 
-# Measured with tools/bench.py at 2 ranks (README, Performance): where MPI's
+# Measured with python -m cxlmpi.bench at 2 ranks (README, Performance): where MPI's
 # own single-copy (kernel-assisted) transfers beat copying through the pool
 # for private buffers, the collective stays with MPI.  [lo, hi]: bytes, None
 # = CXLMPI_THRESHOLD / no upper bound; None: never through the pool.

@@ -1,0 +1,176 @@
+"""`python -m cxlmpi.bench`, the stock-vs-cxlmpi compare tool, end to end.
+
+Each test launches a short MPI job (tiny sizes, a few iterations, one round)
+and checks what the tool reports -- the records, the validation, the exit
+status -- never how fast anything was.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+from harness import SMALL_POOL_ENV, run_mpi
+
+FAST = ["--iterations", "5", "--warmup", "2", "--rounds", "1", "--quiet"]
+TIMEOUT = 60
+
+
+def _bench(nranks: int, args: list[str], **kwargs):
+    return run_mpi(nranks, ["-m", "cxlmpi.bench", *args], env=SMALL_POOL_ENV,
+                   timeout=TIMEOUT, **kwargs)
+
+
+def _check_timings(record: dict) -> None:
+    for label in ("stock", "cxlmpi"):
+        low, avg, high = (record[f"{label}_{s}_us"] for s in ("min", "avg", "max"))
+        assert 0 < low <= avg <= high, record
+    assert math.isfinite(record["speedup"]) and record["speedup"] > 0, record
+
+
+def test_json_csv_and_validation(tmp_path: Path) -> None:
+    """Two ranks, two collectives, two sizes: one record each, validated,
+    with the metadata; the CSV has the same rows."""
+    out, table = tmp_path / "out.json", tmp_path / "out.csv"
+    proc = _bench(2, ["--ops", "Allreduce,Bcast", "--sizes", "8,64K", *FAST, "--validate",
+                      "--data-varying", "--json", str(out), "--csv", str(table)])
+    data = json.loads(out.read_text())
+    records = data["records"]
+    assert [(r["op"], r["size"]) for r in records] == [
+        ("Allreduce", 8), ("Allreduce", 65536), ("Bcast", 8), ("Bcast", 65536)]
+    for r in records:
+        assert r["valid"] is True and r["validation_errors"] == [], r
+        assert r["ranks"] == 2 and r["iterations"] == 5 and r["warmup"] == 2
+        assert r["data_varying"] is True and r["buffers"] == "private"
+        _check_timings(r)
+        assert r["memcpy_avg_us"] > 0 and r["cxlmpi_per_memcpy"] > 0
+    # The test pool's threshold is 64 B: 8 B passes through, 64 KiB does not.
+    assert [r["path"] for r in records] == ["mpi", "pool", "mpi", "pool"]
+    assert records[0]["dtype"] == "float64" and records[2]["dtype"] == "uint8"
+
+    meta = data["metadata"]
+    assert meta["ranks"] == 2
+    assert meta["mpi_library"] and meta["cxlmpi_version"]
+    assert meta["settings"]["CXLMPI_THRESHOLD"] == 64
+    assert meta["bench"]["validate"] is True
+
+    with open(table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["op"], int(r["size"])) for r in rows] == [
+        (r["op"], r["size"]) for r in records]
+
+    assert "64 KiB" in proc.stdout and "speedup" in proc.stdout
+    assert "FAIL" not in proc.stdout
+
+
+def test_every_collective_three_ranks(tmp_path: Path) -> None:
+    """All collectives at three ranks agree with stock MPI; sizes are rounded
+    to whole elements (and to whole blocks for Reduce_scatter_block), and
+    Barrier is measured once."""
+    out = tmp_path / "all.json"
+    _bench(3, ["--ops", "all", "--sizes", "8,100,4K", "--iterations", "2", "--warmup", "1",
+               "--rounds", "1", "--quiet", "--validate", "--json", str(out)])
+    records = json.loads(out.read_text())["records"]
+    sizes: dict[str, list[int]] = {}
+    for r in records:
+        assert r["valid"] is True, r
+        _check_timings(r)
+        sizes.setdefault(r["op"], []).append(r["size"])
+    assert sizes["Allreduce"] == [8, 96, 4096]
+    assert sizes["Bcast"] == [8, 100, 4096]
+    assert sizes["Reduce_scatter_block"] == [24, 96, 4080]
+    assert sizes["Barrier"] == [0]
+    assert set(sizes) == {"Allreduce", "Reduce", "Bcast", "Allgather", "Gather", "Scatter",
+                          "Alltoall", "Reduce_scatter_block", "Scan", "Exscan", "Barrier"}
+    alltoall = next(r for r in records if r["op"] == "Alltoall" and r["size"] == 100)
+    assert alltoall["total_bytes"] == 300
+
+
+# A job that breaks cxlmpi's Allreduce on purpose: the last element of the
+# result is off by one on the wrapped communicator only.
+CORRUPT = """
+import dataclasses, sys
+import cxlmpi
+from cxlmpi import bench
+
+real_bind = bench.COLLECTIVES["Allreduce"].bind
+
+def broken(comm, bufs):
+    fn, args = real_bind(comm, bufs)
+    if not isinstance(comm, cxlmpi.CXLComm):
+        return fn, args
+    def call(*a):
+        fn(*a)
+        bufs.recv[-1] += 1
+    return call, args
+
+bench.COLLECTIVES["Allreduce"] = dataclasses.replace(bench.COLLECTIVES["Allreduce"],
+                                                     bind=broken)
+sys.exit(bench.main(sys.argv[1:]))
+"""
+
+
+def test_validation_failure_is_loud(tmp_path: Path) -> None:
+    """A wrong cxlmpi result fails --validate: the record says so, stderr
+    says where, and the exit status is non-zero; other collectives pass."""
+    out = tmp_path / "bad.json"
+    proc = run_mpi(2, ["-c", CORRUPT, "--ops", "Allreduce,Bcast", "--sizes", "64K", *FAST,
+                       "--validate", "--json", str(out)],
+                   env=SMALL_POOL_ENV, timeout=TIMEOUT, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "VALIDATION FAILED: Allreduce 64 KiB: rank 0: 1 of 8192 elements differ" \
+        in proc.stderr
+    assert "rank 1: 1 of 8192" in proc.stderr
+    records = {r["op"]: r for r in json.loads(out.read_text())["records"]}
+    assert records["Allreduce"]["valid"] is False
+    assert len(records["Allreduce"]["validation_errors"]) == 2
+    assert records["Bcast"]["valid"] is True
+    assert "FAIL" in proc.stdout
+
+
+# --buffers pool without pool-resident arrays (hidden even if a later cxlmpi
+# has them); then with a stand-in `cxlmpi.empty` built on numpy.
+POOL_MISSING = """
+import sys
+import cxlmpi
+from cxlmpi import bench
+if hasattr(cxlmpi, "empty"):
+    del cxlmpi.empty
+sys.exit(bench.main(sys.argv[1:]))
+"""
+
+POOL_STANDIN = """
+import sys
+import numpy as np
+import cxlmpi
+from cxlmpi import bench
+cxlmpi.empty = lambda count, dtype, comm: np.empty(count, dtype)
+sys.exit(bench.main(sys.argv[1:]))
+"""
+
+
+def test_pool_buffers(tmp_path: Path) -> None:
+    proc = run_mpi(1, ["-c", POOL_MISSING, "--buffers", "pool", "--sizes", "8", *FAST],
+                   timeout=TIMEOUT, check=False)
+    assert proc.returncode == 2
+    assert "--buffers pool: pool-resident arrays (cxlmpi.empty) are not available" \
+        in proc.stderr
+    out = tmp_path / "pool.json"
+    run_mpi(2, ["-c", POOL_STANDIN, "--buffers", "pool", "--sizes", "8K", *FAST,
+                "--validate", "--json", str(out)], env=SMALL_POOL_ENV, timeout=TIMEOUT)
+    records = json.loads(out.read_text())["records"]
+    assert [(r["buffers"], r["valid"]) for r in records] == [("pool", True)] * 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None,
+                    reason="matplotlib is installed")
+def test_plot_without_matplotlib(tmp_path: Path) -> None:
+    """--plot fails at once, with a clear message, when matplotlib is missing."""
+    proc = _bench(1, ["--plot", str(tmp_path / "x.png"), "--sizes", "8", *FAST], check=False)
+    assert proc.returncode == 2
+    assert "--plot needs matplotlib" in proc.stderr
+    assert not (tmp_path / "x.png").exists()
