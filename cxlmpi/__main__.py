@@ -76,8 +76,9 @@ def info() -> str:
     lines = [
         f"cxlmpi {__version__}",
         f"mpi4py {__import__('mpi4py').__version__}; MPI library: {lib}",
-        f"backend: {cfg.pool}   pool size: {cfg.pool_size} B   "
-        f"threshold: {cfg.threshold} B   coherence: {cfg.coherence}",
+        f"backend: {cfg.pool}   pool size: {cfg.pool_size} B   pool groups: "
+        f"{cfg.pool_groups}   threshold: {cfg.threshold} B   coherence: {cfg.coherence}",
+        f"pool memory: {_backend_line(cfg.pool)}",
         f"CPU features: {feats}",
         "",
         f"{'variable':<24} {'value':<12} {'default':<10} meaning",
@@ -140,6 +141,32 @@ def pool_admin(kind: str, everything: bool) -> int:
               f"{e['nranks']:>5} {host:<16} {e['pid']:>8} "
               f"{(now - e['since_ns']) / 1e9:>8.0f}  {'yes' if e['stale'] else 'no'}")
     return 0
+
+
+def _backend_line(pool: str) -> str:
+    """Where CXLMPI_POOL puts pools, for --info (never creates anything)."""
+    from . import backends
+    from .errors import CXLMPIError
+
+    spec = backends.parse_spec(pool)
+    if spec.kind == "shm":
+        return "POSIX shared memory (/dev/shm), one private segment per pool"
+    if spec.kind == "numa":
+        try:
+            backends.numa_check(spec.node)
+        except CXLMPIError as exc:
+            return f"unusable: {exc}"
+        return f"POSIX shared memory bound to NUMA node {spec.node}"
+    if spec.kind == "file" and not os.path.exists(spec.path):
+        return (f"{spec.path} (does not exist yet: the first job creates it, "
+                f"{backends.NEW_FILE_NBYTES >> 30} GiB sparse, mode 0600)")
+    try:
+        dev = backends.open_device(spec)
+        dev.check_header(format_if_empty=False)
+    except CXLMPIError as exc:
+        return f"{spec.path}: {exc}"
+    return (f"{spec.path}: {dev.capacity} bytes, alignment {dev.align}, "
+            f"{len(dev.entries())} partition(s) in use (--pool-status)")
 
 
 def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:

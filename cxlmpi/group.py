@@ -24,7 +24,7 @@ import os
 from mpi4py import MPI
 
 from . import backends, config
-from ._pool import Pool, check_layout
+from ._pool import Pool, check_layout, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
@@ -60,6 +60,10 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
             f"CXLMPI_* settings differ between ranks (ranks {bad} differ from "
             f"rank 0); launch every rank with the same environment")
     spec = backends.parse_spec(cfg.pool)
+    if cfg.coherence == "sw" and not cpu_features()["cache_flush"]:
+        raise CXLMPIConfigError(
+            "CXLMPI_COHERENCE=sw needs user-space cache flushes (x86-64 clwb/"
+            "clflushopt/clflush, aarch64 DC CVAC/CIVAC); this CPU has none")
     local, node_size = _pool_group(comm, spec, cfg.pool_groups)
     # Busy-poll only with a core per rank of the node; else yield at once.
     spin = node_size <= len(os.sched_getaffinity(0))
@@ -68,6 +72,8 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
         if len(groups) == 1:
             return _make_pool(comm, comm, spec, cfg, spin)
         pool = _make_pool(comm, local, spec, cfg, spin)
+        if all(len(g) == 1 for g in groups):
+            return None  # no two ranks share memory: MPI alone, no detour
         leader = local.Get_rank() == 0
         leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
         return Hierarchy(comm.Get_rank(), groups, pool,

@@ -58,12 +58,14 @@ cdef extern from "cxl_kernels.h" nogil:
     void cxl_store_release(uint64_t *p, uint64_t v)
     void cxl_flush(const void *addr, size_t n, int invalidate)
     void cxl_copy(void *dst, const void *src, size_t n)
+    void cxl_copy_out(void *dst, const void *src, size_t n)
     void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
     int cxl_backoff(cxl_waiter *w)
     double cxl_now_s()
     int cxl_pid_gone(int64_t pid)
     cxl_reduce_fn cxl_reducer(int op, int type)
     uint64_t cxl_flushed_lines
+    int cxl_flush_available()
     int cxl_has_clflushopt()
     int cxl_has_clwb()
     int cxl_has_avx2()
@@ -125,7 +127,8 @@ def reducer_defined(int op, int tcode):
 
 def cpu_features():
     """CPU features the kernels use, detected at run time."""
-    return {"clflushopt": bool(cxl_has_clflushopt()),
+    return {"cache_flush": bool(cxl_flush_available()),
+            "clflushopt": bool(cxl_has_clflushopt()),
             "clwb": bool(cxl_has_clwb()),
             "avx2": bool(cxl_has_avx2()),
             "avx512f": bool(cxl_has_avx512f())}
@@ -197,6 +200,15 @@ cdef inline void publish(state_t *st) noexcept nogil:
         cxl_flush(line, 8, 0)
 
 
+cdef inline void copy_in(state_t *st, void *slot, const void *src, size_t n) noexcept nogil:
+    """Copy what this rank publishes into its half (in sw mode straight to
+    memory, bypassing the cache: no write-back pass afterwards)."""
+    if st.sw:
+        cxl_copy_out(slot, src, n)
+    else:
+        cxl_copy(slot, src, n)
+
+
 cdef inline void wrote(state_t *st, const void *addr, size_t n) noexcept nogil:
     """Data this rank just stored in the pool (flushed in sw mode)."""
     if st.sw:
@@ -258,8 +270,7 @@ cdef int alg_bcast(state_t *st, char *buf, size_t nbytes, int root,
         n = nbytes - off if nbytes - off < chunk else chunk
         slot = half_ptr(st, root, st.step + 1)
         if st.rank == root:
-            cxl_copy(slot, buf + off, n)
-            wrote(st, slot, n)
+            copy_in(st, slot, buf + off, n)
         rc = step_all(st)
         if rc != OK:
             return rc
@@ -347,8 +358,7 @@ cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
     while done < count:
         n = min_size(count - done, per_step)
         mine = half_ptr(st, st.rank, st.step + 1)
-        cxl_copy(mine, sendbuf + done * itemsize, n * itemsize)
-        wrote(st, mine, n * itemsize)
+        copy_in(st, mine, sendbuf + done * itemsize, n * itemsize)
         rc = step_all(st)
         if rc != OK:
             return rc
@@ -390,9 +400,8 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
             src = sendbuf + done * itemsize
             lo = n * st.rank // p
             hi = n * (st.rank + 1) // p
-            cxl_copy(mine, src, lo * itemsize)
-            cxl_copy(mine + hi * itemsize, src + hi * itemsize, (n - hi) * itemsize)
-            wrote(st, mine, n * itemsize)
+            copy_in(st, mine, src, lo * itemsize)
+            copy_in(st, mine + hi * itemsize, src + hi * itemsize, (n - hi) * itemsize)
         rc = step_all(st)
         if rc != OK:
             return rc
@@ -470,8 +479,7 @@ cdef int alg_gather(state_t *st, const char *sendbuf, size_t send_nbytes,
         mine = half_ptr(st, st.rank, st.step + 1)
         if off < send_nbytes:
             n = min_size(chunk, send_nbytes - off)
-            cxl_copy(mine, sendbuf + off, n)
-            wrote(st, mine, n)
+            copy_in(st, mine, sendbuf + off, n)
         rc = step_all(st)
         if rc != OK:
             return rc
@@ -506,8 +514,7 @@ cdef int alg_exchange(state_t *st, const char **send_addr, const size_t *send_nb
         for q in range(st.size):
             if q != me and off < send_nbytes[q]:
                 n = min_size(sub, send_nbytes[q] - off)
-                cxl_copy(mine + q * sub, send_addr[q] + off, n)
-                wrote(st, mine + q * sub, n)
+                copy_in(st, mine + q * sub, send_addr[q] + off, n)
         rc = step_all(st)
         if rc != OK:
             return rc
@@ -541,8 +548,7 @@ cdef int alg_reduce_scatter(state_t *st, const char **send_addr,
         for q in range(st.size):
             if off < counts[q] and (q != me or (inplace and me != 0)):
                 n = min_size(sub_count, counts[q] - off)
-                cxl_copy(mine + q * sub, send_addr[q] + off * itemsize, n * itemsize)
-                wrote(st, mine + q * sub, n * itemsize)
+                copy_in(st, mine + q * sub, send_addr[q] + off * itemsize, n * itemsize)
         rc = step_all(st)
         if rc != OK:
             return rc

@@ -53,8 +53,10 @@ static inline void cxl_cpu_relax(void)
 
 /* ------------------------------------------------- software coherence */
 
+#if CXL_X86
 /* Set once at start-up from CPUID: 2 = clwb, 1 = clflushopt, 0 = clflush. */
 static int cxl_flush_kind = -1;
+#endif
 /* Lines flushed or invalidated by this process (the stats counter). */
 static uint64_t cxl_flushed_lines = 0;
 
@@ -88,6 +90,17 @@ static void cxl_clwb_range(const char *p, const char *end)
 }
 #endif
 
+/* Whether this CPU can write back / invalidate lines from user space:
+ * x86-64 (clwb, clflushopt, clflush) and aarch64 (DC CVAC, DC CIVAC). */
+static inline int cxl_flush_available(void)
+{
+#if CXL_X86 || defined(__aarch64__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 /* Write back (and, for invalidate, drop) every line of [addr, addr+n).
  * invalidate=1 is what a reader does before loading data another host wrote. */
 static inline void cxl_flush(const void *addr, size_t n, int invalidate)
@@ -102,9 +115,26 @@ static inline void cxl_flush(const void *addr, size_t n, int invalidate)
     if (cxl_flush_kind == 2 && !invalidate) cxl_clwb_range(p, end);
     else if (cxl_flush_kind >= 1) cxl_clflushopt_range(p, end);
     else for (; p < end; p += CXL_LINE) _mm_clflush(p);
-    _mm_sfence();
+    /* Writes back: ordered before the release store that publishes them
+     * (sfence).  Invalidations: before the loads that follow (mfence; loads
+     * may pass an sfence). */
+    if (invalidate) _mm_mfence();
+    else _mm_sfence();
+#elif defined(__aarch64__)
+    if (n == 0) return;
+    uint64_t ctr;
+    __asm__ __volatile__("mrs %0, ctr_el0" : "=r"(ctr));
+    size_t line = (size_t)4 << ((ctr >> 16) & 0xF);   /* smallest D-cache line */
+    const char *p = (const char *)((uintptr_t)addr & ~(uintptr_t)(line - 1));
+    const char *end = (const char *)addr + n;
+    cxl_flushed_lines += (uint64_t)((end - p + line - 1) / line);
+    if (invalidate)
+        for (; p < end; p += line) __asm__ __volatile__("dc civac, %0" :: "r"(p) : "memory");
+    else
+        for (; p < end; p += line) __asm__ __volatile__("dc cvac, %0" :: "r"(p) : "memory");
+    __asm__ __volatile__("dsb ish" ::: "memory");
 #else
-    (void)addr; (void)n; (void)invalidate;
+    (void)addr; (void)n; (void)invalidate;  /* sw coherence refused at set-up */
 #endif
 }
 
@@ -180,6 +210,47 @@ static inline int cxl_backoff(cxl_waiter *w)
 static inline void cxl_copy(void *dst, const void *src, size_t n)
 {
     if (n && dst != src) memcpy(dst, src, n);
+}
+
+/* Copy into shared memory so that the data is in memory, not in this CPU's
+ * cache, when the function returns (software coherence: what a writer
+ * publishes to hosts that do not snoop its cache).  x86-64: non-temporal
+ * stores for the aligned middle (no second pass over the data to write it
+ * back), ordinary stores written back for the partial lines at either end,
+ * then a fence.  Elsewhere: copy, then write back. */
+static inline void cxl_copy_out(void *dst, const void *src, size_t n)
+{
+    if (n == 0) return;
+#if CXL_X86 && defined(__SSE2__)
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (CXL_LINE - ((uintptr_t)d & (CXL_LINE - 1))) & (CXL_LINE - 1);
+    if (head > n) head = n;
+    if (head) {
+        memcpy(d, s, head);
+        cxl_flush(d, head, 0);
+    }
+    d += head; s += head; n -= head;
+    size_t body = n & ~(size_t)(CXL_LINE - 1);
+    for (size_t i = 0; i < body; i += CXL_LINE) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    if (n > body) {
+        memcpy(d + body, s + body, n - body);
+        cxl_flush(d + body, n - body, 0);
+    }
+    _mm_sfence();
+#else
+    memcpy(dst, src, n);
+    cxl_flush(dst, n, 0);
+#endif
 }
 
 /* --------------------------------------------------- reduction kernels

@@ -82,13 +82,15 @@ def test_collectives_on_backend(backend: str, tmp_path: Path, monkeypatch) -> No
 
 @pytest.mark.parametrize("groups, nranks, extra", [
     (2, 4, {}),
+    (2, 3, {}),
     (3, 3, {}),
     (2, 4, {"CXLMPI_COHERENCE": "sw", "CXLMPI_EXPECT_FLUSH": "1"}),
 ])
 def test_collectives_over_pool_groups(groups: int, nranks: int, extra: dict) -> None:
     """CXLMPI_POOL_GROUPS splits the node as if into hosts: collectives run
-    in each pool and through MPI among the leaders (3 groups of one rank at
-    3 ranks: only the MPI phase)."""
+    in each pool and through MPI among the leaders (at 3 ranks and G = 2, a
+    group of two and a group of one; at G = 3, groups of one rank only: no
+    pool, every call goes to MPI)."""
     env = dict(SMALL_POOL_ENV, CXLMPI_POOL_GROUPS=str(groups), **extra)
     run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/mpi"],
             env=env)

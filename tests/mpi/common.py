@@ -117,7 +117,7 @@ def pool_expected(name: str) -> bool:
     groups, only those the hierarchy runs."""
     from cxlmpi import hierarchy
 
-    if SIZE < 2 or CFG.disable:
+    if SIZE < 2 or CFG.disable or CFG.pool_groups >= SIZE:  # no two ranks share a pool
         return False
     return CFG.pool_groups < 2 or name in hierarchy.COLLECTIVES
 
