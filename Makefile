@@ -13,7 +13,7 @@ OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	CXLMPI_TEST_OPENMPI=1
 SOURCES := $(wildcard cxlmpi/*.py pyx/*.pyx pyx/*.h) setup.py pyproject.toml
 
-.PHONY: all demo test test-mpich test-openmpi lint bench info clean
+.PHONY: all demo test test-mpich test-openmpi lint bench tune info clean
 
 all: $(VENV)/.built
 
@@ -51,6 +51,9 @@ lint: $(VENV)/.built
 
 bench: $(VENV)/.built
 	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.bench --ops all --sizes 8,64K,1M,16M --validate
+
+tune: $(VENV)/.built
+	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.tune --output cxlmpi-tuning.json
 
 info: $(VENV)/.built
 	$(PY) -m cxlmpi --info

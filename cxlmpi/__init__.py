@@ -11,6 +11,7 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
+from .arrays import asarray, empty, empty_like, is_resident, zeros, zeros_like
 from .comm import CXLComm, wrap
 from .entry import is_patched, patch, unpatch
 from .errors import (
@@ -58,5 +59,11 @@ __all__ = [
     "CXLMPIPeerError",
     "CXLMPIPoolError",
     "install_stats_hook",
+    "empty",
+    "zeros",
+    "empty_like",
+    "zeros_like",
+    "asarray",
+    "is_resident",
     "__version__",
 ]

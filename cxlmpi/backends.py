@@ -51,7 +51,7 @@ __all__ = ["PoolSpec", "parse_spec", "Device", "open_device", "dax_geometry",
 
 MIB = 1 << 20
 DEFAULT_DAX_ALIGN = 2 * MIB
-NEW_FILE_NBYTES = 1 << 30       # size of a pool file cxlmpi creates
+NEW_FILE_NBYTES = 64 << 30      # size of a pool file cxlmpi creates (sparse)
 TABLE_MAGIC = 0x3130544150495843  # "CXIPAT01" little-endian
 TABLE_VERSION = 1
 TABLE_NBYTES = 64 * 1024        # the table; partitions start after it, aligned

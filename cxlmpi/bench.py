@@ -175,6 +175,15 @@ def _bind_bcast(comm: MPI.Intracomm, b: Buffers) -> tuple[Callable[..., Any], tu
     return comm.Bcast, (b.send, ROOT)
 
 
+def _bind_bcast_view(comm: MPI.Intracomm, b: Buffers
+                     ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """cxlmpi's broadcast by reference against stock's Bcast of the same
+    buffer (the views are checked in the test suite, not here)."""
+    if isinstance(comm, cxlmpi.CXLComm):
+        return comm.Bcast_view, (b.send, ROOT)
+    return comm.Bcast, (b.send, ROOT)
+
+
 def _bind_barrier(comm: MPI.Intracomm, b: Buffers) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return comm.Barrier, ()
 
@@ -192,6 +201,7 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("Scan", "f8", _same, _sum("Scan"), _everywhere),
     Collective("Exscan", "f8", _same, _sum("Exscan"), _not_first),
     Collective("Barrier", "u1", lambda n, p: (0, 0), _bind_barrier, _everywhere),
+    Collective("Bcast_view", "u1", lambda n, p: (n, 0), _bind_bcast_view, _at_root),
 )}
 
 DEFAULT_OPS = ("Allreduce", "Bcast")
@@ -699,8 +709,8 @@ def size_list(sizes: str | None, min_size: str, max_size: str) -> list[int]:
 
 
 def _op_list(text: str) -> list[Collective]:
-    if text.strip().lower() == "all":
-        return list(COLLECTIVES.values())
+    if text.strip().lower() == "all":  # Bcast_view needs --buffers pool: by name only
+        return [op for op in COLLECTIVES.values() if op.name != "Bcast_view"]
     by_lower = {name.lower(): op for name, op in COLLECTIVES.items()}
     ops = []
     for name in (n.strip() for n in text.split(",") if n.strip()):
@@ -745,6 +755,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise ValueError("--iterations must be at least 1")
         if args.warmup is not None and args.warmup < 0:
             raise ValueError("--warmup must be at least 0")
+        if args.buffers != "pool" and any(op.name == "Bcast_view" for op in ops):
+            raise ValueError("Bcast_view broadcasts a pool array by reference: "
+                             "use --buffers pool")
     except ValueError as exc:
         raise BenchError(str(exc)) from None
     if args.buffers == "pool" and not pool_buffers_available():

@@ -13,6 +13,7 @@ import atexit
 from collections.abc import Sequence
 from typing import Any, Callable
 
+import numpy as np
 from mpi4py import MPI
 
 from . import _shim, config
@@ -112,6 +113,13 @@ def pool_for(comm: MPI.Intracomm) -> Pool | None:
     return _shim.pool_of(comm)
 
 
+def pool_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
+    """What `comm`'s ranks share: a Pool, a Hierarchy of pools, or None (set
+    up on first use, collective then)."""
+    _shim.pool_of(comm, 0)  # Barrier: every kind of pool state runs it
+    return _states[comm.handle].pool
+
+
 def run_pool(comm: MPI.Intracomm, pool: Pool, method: str, *args: Any) -> Any:
     """Call `pool.<method>(*args)`, turning an algorithm failure into the
     CXLMPIError the user sees (timeout, dead peer)."""
@@ -187,6 +195,60 @@ class CXLComm(_shim.CommBase):
                   op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM) -> Any:
         """Reduce to All (large pickles through the pool)."""
         return _objects.allreduce(self, sendobj, op)
+
+    # --------------------------------------------- pointer-passing extension
+
+    def Bcast_view(self, array: np.ndarray | None, root: int = 0) -> np.ndarray:
+        """Broadcast by reference: every rank gets a read-only view of the
+        root's pool-resident `array` (cxlmpi.empty & co.; ignored off the
+        root), whatever its size, in the time of one small message.
+
+        The views show the root's array as it is: the root must not change
+        or free it until the other ranks are done with their views (e.g. a
+        Barrier).  A view keeps the pool mapped.  Raises ValueError on every
+        rank when the root's array is not in this communicator's pool."""
+        from . import arrays
+        from ._pool import flush
+
+        plain = MPI.Intracomm(self)
+        pool = arrays.pool_of(self)
+        if not isinstance(pool_state(self), Pool):
+            pool = None  # ranks in several pools (or none shared): MPI copies
+        meta = None
+        if self.Get_rank() == root:
+            arr = np.asarray(array)
+            offset = -1
+            if pool is not None and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+                offset = pool.offset_of(arr.__array_interface__["data"][0], arr.nbytes)
+            order = "C" if arr.flags.c_contiguous else "F"
+            if pool is None:
+                offset = -2
+            meta = (offset, arr.dtype.str, arr.shape, order)
+            if offset >= 0 and pool.software_coherence:
+                flush(arr.__array_interface__["data"][0], arr.nbytes, False)
+        offset, dtype, shape, order = plain.bcast(meta, root)
+        if offset == -2:
+            view = np.ascontiguousarray(array) if self.Get_rank() == root else \
+                np.empty(shape, dtype)
+            plain.Bcast(view, root)
+            view.flags.writeable = False
+            return view
+        if offset < 0:
+            raise ValueError(
+                f"Bcast_view: the root's array (rank {root}) is not in this "
+                f"communicator's pool; allocate it with cxlmpi.empty/zeros/asarray"
+                f"(..., comm=comm)")
+        if self.Get_rank() == root:
+            view = np.asarray(array).view()
+        else:
+            dt = np.dtype(dtype)
+            count = int(np.prod(shape, dtype=np.int64))
+            buf = pool.view(offset, count * dt.itemsize)
+            if pool.software_coherence:
+                flush(buf.address, buf.nbytes, True)
+            view = np.frombuffer(buf, dtype=dt, count=count).reshape(shape, order=order)
+        view.flags.writeable = False
+        return view
 
     # ------------------------------------------------------------- misc
 

@@ -97,6 +97,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CXLMPI_POOL_SIZE", parse_size, "64M",
              "Bytes of each communicator's pool segment (control lines plus "
              "two data halves per rank); larger messages are pipelined."),
+    Variable("CXLMPI_ARENA_SIZE", parse_size, "1G",
+             "Bytes per rank for pool-resident arrays (cxlmpi.empty & co.) in "
+             "each communicator's pool; address space only until used (0: "
+             "none)."),
+    Variable("CXLMPI_ZEROCOPY_THRESHOLD", parse_size, "256K",
+             "Smallest Bcast, reduction or gather (bytes) that first asks "
+             "where every rank's buffers live, so that pool-resident ones "
+             "are used in place (one control step)."),
     Variable("CXLMPI_THRESHOLD", parse_size, "4K",
              "Smallest message (bytes) that goes through the pool; smaller "
              "ones pass through to MPI."),
@@ -133,6 +141,8 @@ class Config:
     pool: str
     pool_groups: int
     pool_size: int
+    arena_size: int
+    zerocopy_threshold: int
     threshold: int
     tuning: str
     chunk_size: int

@@ -33,8 +33,8 @@ __all__ = ["create_pool"]
 
 def _settings_key(cfg: config.Config) -> tuple:
     # The settings the layout and the dispatch rules depend on.
-    return (cfg.pool, cfg.pool_size, cfg.pool_groups, cfg.chunk_size,
-            cfg.rsag_threshold, cfg.coherence, cfg.disable,
+    return (cfg.pool, cfg.pool_size, cfg.arena_size, cfg.pool_groups, cfg.chunk_size,
+            cfg.rsag_threshold, cfg.zerocopy_threshold, cfg.coherence, cfg.disable,
             sorted(cfg.windows().items()))
 
 
@@ -150,14 +150,16 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
             check_layout(n, cfg.pool_size)
             if spec.shared_file:
                 dev = backends.open_device(spec)
-                entry, token, offset, length = dev.claim(cfg.pool_size, n)
+                total = Pool.mapping_nbytes(n, cfg.pool_size, cfg.arena_size)
+                entry, token, offset, length = dev.claim(total, n)
                 pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, 0, n, True,
-                                          token, f"{spec}#{entry}")
+                                          token, f"{spec}#{entry}", cfg.arena_size)
                 pool.release = functools.partial(dev.release, entry, token)
                 where = (entry, token, offset)
             else:
                 pool = Pool.create(0, n, cfg.pool_size,
-                                   numa_node=spec.node if spec.kind == "numa" else -1)
+                                   numa_node=spec.node if spec.kind == "numa" else -1,
+                                   arena_nbytes=cfg.arena_size)
                 where = pool.name
         except (OSError, ValueError, CXLMPIError) as exc:
             error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
@@ -168,10 +170,10 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 entry, token, offset = where
                 dev = backends.open_device(spec)
                 pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, rank, n,
-                                          False, token, f"{spec}#{entry}")
+                                          False, token, f"{spec}#{entry}", cfg.arena_size)
                 pool.release = functools.partial(dev.release, entry, token)
             else:
-                pool = Pool.attach(where, rank, n, cfg.pool_size)
+                pool = Pool.attach(where, rank, n, cfg.pool_size, cfg.arena_size)
         except (OSError, ValueError) as exc:
             error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
     if error and not spec.shared_file:
@@ -190,4 +192,5 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
     pool.software_coherence = cfg.coherence == "sw"
     pool.chunk_nbytes = cfg.chunk_size
     pool.rsag_min_nbytes = cfg.rsag_threshold
+    pool.zerocopy_min_nbytes = cfg.zerocopy_threshold
     return pool

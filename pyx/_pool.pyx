@@ -39,6 +39,7 @@ from posix.fcntl cimport O_RDWR, O_CREAT, O_EXCL
 from posix.stat cimport struct_stat, fstat, S_IRWXG, S_IRWXO
 from libc.string cimport strerror, memset
 from posix.types cimport off_t
+from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT
 
 import os
 import secrets
@@ -104,6 +105,8 @@ ctypedef struct header_t:
     uint64_t slot_offset
     uint64_t half_nbytes
     uint64_t token         # partition token (device pools), 0 for shm
+    uint64_t arena_offset  # pool-resident arrays: rank r's arena at
+    uint64_t arena_nbytes  # arena_offset + r * arena_nbytes
 
 
 ctypedef struct state_t:
@@ -118,6 +121,7 @@ ctypedef struct state_t:
     double timeout_s
     int failed_rank        # set on error: a rank that never arrived
     int failed_code
+    size_t arena_offset    # where the arenas start (== mapping size if none)
 
 
 def reducer_defined(int op, int tcode):
@@ -164,6 +168,23 @@ def set_host(uint64_t value):
     process maps (a pid means something only on its host)."""
     global host_id
     host_id = value
+
+
+DEF ARENA_ALIGN = 2 * 1024 * 1024
+
+
+cdef inline uint64_t resident(state_t *st, const char *addr, size_t nbytes,
+                              size_t mapped) noexcept nogil:
+    """offset + 1 of [addr, addr + nbytes) in the arenas, or 0."""
+    cdef const char *lo = st.base + st.arena_offset
+    cdef const char *hi = st.base + mapped
+    if st.arena_offset >= mapped or addr < lo or addr > hi or nbytes > <size_t>(hi - addr):
+        return 0
+    return <uint64_t>(addr - st.base) + 1
+
+
+cdef size_t arena_start(size_t pool_nbytes) noexcept nogil:
+    return (pool_nbytes + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN
 
 
 def check_layout(int nranks, size_t pool_nbytes):
@@ -459,6 +480,151 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t *result) noexcept nogil:
     return OK
 
 
+# ------------------------------------------------------- zero-copy paths
+#
+# Buffers that live in the pool (cxlmpi.empty & co.) are read and written in
+# place by their peers, by offset.  A large collective first runs a header
+# step in which every rank publishes where its buffers are (offset + 1, or
+# 0 for private memory); all ranks see the same values, so all pick the same
+# path, and a rank whose buffer is read or written by peers returns only
+# after a completion step, when every peer is done with it.
+
+DEF BLOCK_TMP = 8192
+DEF MAX_ZC_RANKS = 1024
+
+
+cdef inline uint64_t *value2_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return seq_ptr(st, q) + 6 + (step & 1)
+
+
+cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
+                         uint64_t *sends, uint64_t *recvs) noexcept nogil:
+    """Header step: every rank's (send offset + 1, recv offset + 1)."""
+    cdef int q, rc
+    value_ptr(st, st.rank, st.step + 1)[0] = send1
+    value2_ptr(st, st.rank, st.step + 1)[0] = recv1
+    rc = step_all(st)
+    if rc != OK:
+        return rc
+    for q in range(st.size):
+        if st.sw and q != st.rank:
+            cxl_flush(seq_ptr(st, q), CTRL_NBYTES, 1)
+        sends[q] = value_ptr(st, q, st.step)[0]
+        recvs[q] = value2_ptr(st, q, st.step)[0]
+    return OK
+
+
+cdef void fold_block(cxl_reduce_fn fn, char *dst, const char **src, int nranks,
+                     size_t off, size_t n, size_t itemsize) noexcept nogil:
+    """dst[0:n] = src0 op src1 op ... (rank order) at element `off`."""
+    cdef int q
+    cdef size_t b = off * itemsize
+    if nranks == 1:
+        cxl_copy(dst, src[0] + b, n * itemsize)
+        return
+    fn(dst, src[0] + b, src[1] + b, n)
+    for q in range(2, nranks):
+        fn(dst, dst, src[q] + b, n)
+
+
+cdef int alg_reduce_direct(state_t *st, cxl_reduce_fn fn, const char **src,
+                           char **dst, int ndst, size_t lo, size_t hi,
+                           size_t itemsize) noexcept nogil:
+    """Fold elements [lo, hi) of every source straight from where they live
+    and write the result to every destination, block by block through a
+    small private buffer (a destination may be a source: in place)."""
+    cdef char tmp[BLOCK_TMP]
+    cdef size_t block = BLOCK_TMP // itemsize if BLOCK_TMP > itemsize else 1
+    cdef size_t at = lo, n
+    cdef int q, d
+    if st.sw:
+        for q in range(st.size):
+            cxl_flush(src[q] + lo * itemsize, (hi - lo) * itemsize, 1)
+    while at < hi:
+        n = min_size(hi - at, block)
+        fold_block(fn, tmp, src, st.size, at, n, itemsize)
+        for d in range(ndst):
+            cxl_copy(dst[d] + at * itemsize, tmp, n * itemsize)
+        at += n
+    if st.sw:
+        for d in range(ndst):
+            cxl_flush(dst[d] + lo * itemsize, (hi - lo) * itemsize, 0)
+    return OK
+
+
+cdef int alg_reduce_zc(state_t *st, const uint64_t *sends, const uint64_t *recvs,
+                       char *recvbuf, size_t count, size_t itemsize,
+                       cxl_reduce_fn fn, int root, bint all_recv) noexcept nogil:
+    """Every send buffer is in the pool.  With every receive buffer there
+    too (the root's, for Reduce), rank r folds its 1/p slice from every
+    source and writes it into every receive buffer: each byte is read once
+    and written once per destination.  Otherwise every rank that receives
+    folds everything into its own (private) receive buffer."""
+    cdef const char *src[MAX_ZC_RANKS]
+    cdef char *dst[MAX_ZC_RANKS]
+    cdef int q, p = st.size, ndst = 0, rc
+    cdef size_t lo, hi
+    for q in range(p):
+        src[q] = st.base + sends[q] - 1
+    if all_recv:
+        lo = count * st.rank // p
+        hi = count * (st.rank + 1) // p
+        for q in range(p):
+            if root < 0 or q == root:
+                dst[ndst] = st.base + recvs[q] - 1
+                ndst += 1
+        alg_reduce_direct(st, fn, src, dst, ndst, lo, hi, itemsize)
+    elif root < 0 or root == st.rank:
+        dst[0] = recvbuf
+        alg_reduce_direct(st, fn, src, dst, 1, 0, count, itemsize)
+    rc = step_all(st)  # completion: every source read, every result written
+    if rc == OK and st.sw and (root < 0 or root == st.rank):
+        cxl_flush(recvbuf, count * itemsize, 1)
+    return rc
+
+
+cdef int alg_bcast_zc(state_t *st, char *buf, size_t nbytes, int root,
+                      uint64_t root1) noexcept nogil:
+    """The root's buffer is in the pool: every other rank copies straight
+    from it (one copy instead of two, none at the root)."""
+    cdef const char *src = st.base + root1 - 1
+    if st.rank != root and <const char *>buf != src:
+        will_read(st, src, nbytes)
+        cxl_copy(buf, src, nbytes)
+    return step_all(st)
+
+
+cdef int alg_gather_zc(state_t *st, const char *sendbuf, size_t send_nbytes,
+                       char **recv_addr, const size_t *recv_nbytes, int root,
+                       const uint64_t *sends, size_t mapped) noexcept nogil:
+    """Every send buffer is in the pool: readers copy each block straight
+    from its owner's buffer (never past the end of the pool)."""
+    cdef int q
+    cdef size_t n
+    cdef const char *src
+    if root < 0 or root == st.rank:
+        for q in range(st.size):
+            if q == st.rank:
+                src = sendbuf
+                n = min_size(recv_nbytes[q], send_nbytes)
+            else:
+                src = st.base + sends[q] - 1
+                n = min_size(recv_nbytes[q], mapped - (sends[q] - 1))
+            if recv_addr[q] != src and n:
+                will_read(st, src, n)
+                cxl_copy(recv_addr[q], src, n)
+    return step_all(st)
+
+
+cdef bint all_fit(const uint64_t *v, int n, size_t nbytes, size_t mapped) noexcept nogil:
+    """Every value is an offset + 1 with `nbytes` after it inside the pool."""
+    cdef int q
+    for q in range(n):
+        if v[q] == 0 or v[q] - 1 + nbytes > mapped:
+            return False
+    return True
+
+
 cdef int alg_gather(state_t *st, const char *sendbuf, size_t send_nbytes,
                     char **recv_addr, const size_t *recv_nbytes, int root,
                     size_t nsteps, size_t chunk) noexcept nogil:
@@ -609,11 +775,18 @@ cdef class Pool:
     cdef public size_t rsag_min_nbytes
     cdef public int rsag_min_ranks
     cdef public object release   # called once after close (frees a partition)
+    cdef public size_t zerocopy_min_nbytes
+    cdef list free_blocks        # this rank's arena: free (offset, nbytes), sorted
+    cdef size_t live             # PoolBuffers alive (they keep the mapping)
+    cdef bint closing
 
     def __cinit__(self):
         self.st.base = NULL
         self.nbytes = 0
         self.unlinked = True
+        self.live = 0
+        self.closing = False
+        self.free_blocks = []
 
     def __dealloc__(self):
         self._unmap()
@@ -642,14 +815,23 @@ cdef class Pool:
         return slot_offset, half // PAGE_NBYTES * PAGE_NBYTES
 
     @staticmethod
+    def mapping_nbytes(int nranks, size_t pool_nbytes, size_t arena_nbytes):
+        """Bytes of a pool with `arena_nbytes` of pool-resident arrays per
+        rank (the arenas start 2 MiB-aligned after the slots)."""
+        if arena_nbytes == 0:
+            return pool_nbytes
+        return arena_start(pool_nbytes) + <size_t>nranks * arena_nbytes
+
+    @staticmethod
     def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
-               int numa_node=-1):
+               int numa_node=-1, size_t arena_nbytes=0):
         """Create, size and map a new POSIX shared-memory segment under an
         unguessable name (O_EXCL, mode 0600); returns the Pool of the
         creating rank.  With `numa_node` >= 0 the segment's pages are bound
         to that NUMA node (the policy is stored with the shared object, so
         every rank's page faults follow it)."""
         check_layout(nranks, pool_nbytes)
+        cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
         name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
         cdef bytes bname = name.encode()
         cdef int fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
@@ -659,24 +841,26 @@ cdef class Pool:
         pool.name = name
         pool.unlinked = False
         try:
-            if ftruncate(fd, pool_nbytes) != 0:
-                raise PoolError(errno, f"ftruncate({name}, {pool_nbytes}): "
+            if ftruncate(fd, total) != 0:
+                raise PoolError(errno, f"ftruncate({name}, {total}): "
                                        f"{strerror(errno).decode()}")
-            pool._map(fd, 0, pool_nbytes)
+            pool._map(fd, 0, total)
             if numa_node >= 0:
-                bind_node(pool.st.base, pool_nbytes, numa_node)
+                bind_node(pool.st.base, total, numa_node)
         except BaseException:
             close(fd)
             pool._unmap()
             raise
         close(fd)
-        pool._format(nranks, 0)
+        pool._format(nranks, 0, pool_nbytes, arena_nbytes)
         pool._setup(rank)
         return pool
 
     @staticmethod
-    def attach(str name, int rank, int nranks, size_t pool_nbytes):
+    def attach(str name, int rank, int nranks, size_t pool_nbytes,
+               size_t arena_nbytes=0):
         """Map an existing segment created by `create` on another rank."""
+        cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
         cdef bytes bname = name.encode()
         cdef int fd = shm_open(bname, O_RDWR, 0)
         if fd < 0:
@@ -689,18 +873,18 @@ cdef class Pool:
                 raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
             if sb.st_uid != getuid() or (sb.st_mode & (S_IRWXG | S_IRWXO)):
                 raise PoolError(0, f"{name}: not a private segment of this user")
-            if <size_t>sb.st_size != pool_nbytes:
-                raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {pool_nbytes}")
-            pool._map(fd, 0, pool_nbytes)
+            if <size_t>sb.st_size != total:
+                raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {total}")
+            pool._map(fd, 0, total)
         finally:
             close(fd)
-        pool._verify(nranks, 0)
+        pool._verify(nranks, 0, pool_nbytes, arena_nbytes)
         pool._setup(rank)
         return pool
 
     @staticmethod
     def map_partition(int fd, size_t offset, size_t nbytes, int rank, int nranks,
-                      bint create, uint64_t token, str name):
+                      bint create, uint64_t token, str name, size_t arena_nbytes=0):
         """Map `nbytes` of an open file or device at `offset` (a partition
         claimed through the device's partition table, see
         cxlmpi.backends).  The creating rank formats the partition, wiping
@@ -709,11 +893,11 @@ cdef class Pool:
         check_layout(nranks, nbytes)
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
-        pool._map(fd, offset, nbytes)
+        pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
         if create:
-            pool._format(nranks, token)
+            pool._format(nranks, token, nbytes, arena_nbytes)
         else:
-            pool._verify(nranks, token)
+            pool._verify(nranks, token, nbytes, arena_nbytes)
         pool._setup(rank)
         return pool
 
@@ -726,10 +910,11 @@ cdef class Pool:
         self.st.base = <char *>addr
         self.nbytes = nbytes
 
-    cdef _format(self, int nranks, uint64_t token):
+    cdef _format(self, int nranks, uint64_t token, size_t pool_nbytes,
+                 size_t arena_nbytes):
         """Write the header of a new pool: control lines zeroed first (no
         stale step of an earlier user), the magic number last."""
-        slot_offset, half = Pool.layout(nranks, self.nbytes)
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
         cdef size_t ctrl_end = HEADER_NBYTES + <size_t>nranks * CTRL_NBYTES
         memset(self.st.base, 0, ctrl_end)
         cdef header_t *h = <header_t *>self.st.base
@@ -739,14 +924,18 @@ cdef class Pool:
         h.slot_offset = slot_offset
         h.half_nbytes = half
         h.token = token
+        h.arena_offset = arena_start(pool_nbytes) if arena_nbytes else pool_nbytes
+        h.arena_nbytes = arena_nbytes
         cxl_store_release(&h.magic, MAGIC)
         cxl_flush(self.st.base, ctrl_end, 0)
 
-    cdef _verify(self, int nranks, uint64_t token):
+    cdef _verify(self, int nranks, uint64_t token, size_t pool_nbytes,
+                 size_t arena_nbytes):
         cdef header_t *h = <header_t *>self.st.base
         cxl_flush(h, sizeof(header_t), 1)
-        slot_offset, half = Pool.layout(nranks, self.nbytes)
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
         if (cxl_load_acquire(&h.magic) != MAGIC or h.version != VERSION
+                or h.arena_nbytes != arena_nbytes
                 or h.nranks != <uint32_t>nranks or h.total_nbytes != self.nbytes
                 or h.slot_offset != slot_offset or h.half_nbytes != half
                 or h.token != token):
@@ -766,6 +955,11 @@ cdef class Pool:
         self.chunk_nbytes = h.half_nbytes
         self.rsag_min_nbytes = 0
         self.rsag_min_ranks = 3
+        self.zerocopy_min_nbytes = 256 * 1024
+        self.st.arena_offset = h.arena_offset
+        if h.arena_nbytes:
+            self.free_blocks = [(h.arena_offset + <size_t>rank * h.arena_nbytes,
+                                 h.arena_nbytes)]
         cdef uint64_t *line = seq_ptr(&self.st, rank)
         (<int64_t *>line)[1] = getpid()
         line[HOST_WORD] = host_id
@@ -780,16 +974,88 @@ cdef class Pool:
             self.unlinked = True
 
     def close(self):
-        """Unmap the segment (and unlink it if this rank still owns the name);
-        then give a claimed partition back."""
+        """No more collectives: unmap the segment (and unlink it if this rank
+        still owns the name), then give a claimed partition back - once the
+        last pool-resident array of this rank is gone, too."""
+        self.closing = True
+        if self.live == 0:
+            self._finish_close()
+
+    cdef _finish_close(self):
         self._unmap()
         release, self.release = self.release, None
         if release is not None:
             release()
 
+    # ------------------------------------------------ pool-resident memory
+
+    def allocate(self, size_t nbytes):
+        """A PoolBuffer of `nbytes` in this rank's arena (first fit, 64-byte
+        aligned; 4 KiB for 64 KiB and more).  MemoryError when it is full."""
+        self._check()
+        cdef size_t align = 4096 if nbytes >= 65536 else 64
+        cdef size_t need = (max(nbytes, 1) + align - 1) // align * align
+        cdef size_t off, size, start, pad
+        cdef int i
+        for i in range(len(self.free_blocks)):
+            off, size = self.free_blocks[i]
+            start = (off + align - 1) // align * align
+            pad = start - off
+            if size >= pad + need:
+                rest = [(off, pad)] if pad else []
+                if size > pad + need:
+                    rest.append((start + need, size - pad - need))
+                self.free_blocks[i:i + 1] = rest
+                return PoolBuffer._new(self, start, nbytes, need, False)
+        cdef header_t *h = <header_t *>self.st.base
+        raise MemoryError(
+            f"cxlmpi: no room for {nbytes} bytes among this rank's pool-resident "
+            f"arrays ({h.arena_nbytes} bytes, {self.arena_free()} free in "
+            f"{len(self.free_blocks)} pieces); raise CXLMPI_ARENA_SIZE")
+
+    cdef _give_back(self, size_t off, size_t size):
+        """Return a block to the arena, merging it with free neighbours."""
+        blocks = self.free_blocks
+        cdef int i = 0
+        while i < len(blocks) and blocks[i][0] < off:
+            i += 1
+        if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == off:
+            i -= 1
+            off, size = blocks[i][0], blocks[i][1] + size
+            del blocks[i]
+        if i < len(blocks) and off + size == blocks[i][0]:
+            size += blocks[i][1]
+            del blocks[i]
+        blocks.insert(i, (off, size))
+
+    def arena_free(self):
+        """Free bytes in this rank's arena."""
+        return sum(size for _, size in self.free_blocks)
+
+    def arena_nbytes(self):
+        """Bytes of each rank's arena (0: no pool-resident arrays)."""
+        if self.st.base == NULL:
+            return 0
+        return (<header_t *>self.st.base).arena_nbytes
+
+    def offset_of(self, uintptr_t address, size_t nbytes):
+        """Offset in the pool of [address, address + nbytes) when it lies in
+        the arenas (any rank's), else -1."""
+        cdef uint64_t at = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+        return <int64_t>at - 1
+
+    def view(self, size_t offset, size_t nbytes):
+        """A read-only PoolBuffer on `nbytes` at `offset` of the arenas (a
+        peer's array: Bcast_view); it keeps the mapping alive."""
+        self._check()
+        if offset < self.st.arena_offset or offset + nbytes > self.nbytes \
+                or offset + nbytes < offset:
+            raise ValueError(f"offset {offset} + {nbytes} bytes is outside the arenas")
+        return PoolBuffer._new(self, offset, nbytes, 0, True)
+
     @property
     def closed(self):
-        return self.st.base == NULL
+        return self.st.base == NULL or self.closing
 
     @property
     def rank(self):
@@ -842,7 +1108,7 @@ cdef class Pool:
         return [q for q, s in enumerate(self.seqs()) if s < self.st.step]
 
     cdef _check(self):
-        if self.st.base == NULL:
+        if self.st.base == NULL or self.closing:
             raise ValueError("pool is closed")
 
     cdef size_t _chunk(self, size_t itemsize, bint rsag):
@@ -871,9 +1137,21 @@ cdef class Pool:
         """Broadcast `nbytes` at `address` (this rank's buffer) from `root`."""
         self._check()
         cdef size_t chunk = self._chunk(1, False)
-        cdef int rc
+        cdef int rc = OK
+        cdef uint64_t sends[MAX_ZC_RANKS]
+        cdef uint64_t recvs[MAX_ZC_RANKS]
+        cdef bint zc = self._zerocopy(nbytes)
+        cdef uint64_t mine = 0
+        if zc and self.st.rank == root:
+            mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         with nogil:
-            rc = alg_bcast(&self.st, <char *>address, nbytes, root, chunk)
+            if zc:
+                rc = publish_offsets(&self.st, mine, 0, sends, recvs)
+                zc = rc == OK and all_fit(sends + root, 1, nbytes, self.nbytes)
+            if rc == OK and zc:
+                rc = alg_bcast_zc(&self.st, <char *>address, nbytes, root, sends[root])
+            elif rc == OK:
+                rc = alg_bcast(&self.st, <char *>address, nbytes, root, chunk)
         if rc != OK:
             self._raise(rc, "Bcast")
 
@@ -891,9 +1169,32 @@ cdef class Pool:
                           and count >= <size_t>self.st.size
                           and count * itemsize >= self.rsag_min_nbytes)
         cdef size_t chunk = self._chunk(itemsize, rsag)
-        cdef int rc
+        cdef int rc = OK, q
+        cdef size_t nbytes = count * itemsize
+        cdef uint64_t sends[MAX_ZC_RANKS]
+        cdef uint64_t recvs[MAX_ZC_RANKS]
+        cdef bint zc = self._zerocopy(nbytes), all_recv = False
+        cdef uint64_t send1 = 0, recv1 = 0
+        if zc:
+            send1 = resident(&self.st, <const char *>sendaddr, nbytes, self.nbytes)
+            if root < 0 or root == self.st.rank:
+                recv1 = resident(&self.st, <const char *>recvaddr, nbytes, self.nbytes)
         with nogil:
-            if rsag:
+            if zc:
+                rc = publish_offsets(&self.st, send1, recv1, sends, recvs)
+                zc = rc == OK and all_fit(sends, self.st.size, nbytes, self.nbytes)
+                if zc:
+                    all_recv = all_fit(recvs, self.st.size, nbytes, self.nbytes) \
+                        if root < 0 else all_fit(recvs + root, 1, nbytes, self.nbytes)
+                    for q in range(self.st.size):  # no rank folds over its own input
+                        if not all_recv and recvs[q] == sends[q]:
+                            zc = False
+            if rc != OK:
+                pass
+            elif zc:
+                rc = alg_reduce_zc(&self.st, sends, recvs, <char *>recvaddr, count,
+                                   itemsize, fn, root, all_recv)
+            elif rsag:
                 rc = alg_reduce_rsag(&self.st, <const char *>sendaddr, <char *>recvaddr,
                                      count, itemsize, fn, root, chunk)
             else:
@@ -901,6 +1202,13 @@ cdef class Pool:
                                       count, itemsize, fn, root, self.st.size, chunk)
         if rc != OK:
             self._raise(rc, "Allreduce" if root < 0 else "Reduce")
+
+    cdef bint _zerocopy(self, size_t nbytes):
+        """Whether a collective of `nbytes` first asks where every rank's
+        buffers live (the same answer on every rank: the pool has arenas,
+        and the size is past zerocopy_min_nbytes)."""
+        return (self.st.arena_offset < self.nbytes and nbytes >= self.zerocopy_min_nbytes
+                and self.st.size <= MAX_ZC_RANKS)
 
     def _sub(self, size_t itemsize):
         """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
@@ -933,10 +1241,25 @@ cdef class Pool:
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t chunk = self._chunk(1, False)
         cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
-        cdef int rc
+        cdef int rc = OK
+        cdef uint64_t sends[MAX_ZC_RANKS]
+        cdef uint64_t recvs[MAX_ZC_RANKS]
+        cdef bint zc = self._zerocopy(max_nbytes * self.st.size)
+        cdef uint64_t mine = 0
+        if zc:
+            mine = resident(&self.st, <const char *>sendaddr, send_nbytes, self.nbytes)
+            if mine == 0 and send_nbytes == 0:
+                mine = 1  # nothing to read: as good as resident
         with nogil:
-            rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
-                            recv.addr, recv.nbytes, root, nsteps, chunk)
+            if zc:
+                rc = publish_offsets(&self.st, mine, 0, sends, recvs)
+                zc = rc == OK and all_fit(sends, self.st.size, 0, self.nbytes)
+            if rc == OK and zc:
+                rc = alg_gather_zc(&self.st, <const char *>sendaddr, send_nbytes,
+                                   recv.addr, recv.nbytes, root, sends, self.nbytes)
+            elif rc == OK:
+                rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
+                                recv.addr, recv.nbytes, root, nsteps, chunk)
         if rc != OK:
             self._raise(rc, what)
 
@@ -992,6 +1315,69 @@ cdef class Pool:
                                   count, itemsize, fn, -1, nranks, chunk)
         if rc != OK:
             self._raise(rc, "Exscan" if exclusive else "Scan")
+
+
+cdef char *BYTE_FORMAT = "B"
+
+
+cdef class PoolBuffer:
+    """Memory in a pool's arenas, exported through the buffer protocol (what
+    cxlmpi.empty wraps in a numpy array).  An allocation of this rank's
+    arena goes back to it when the PoolBuffer is collected; every
+    PoolBuffer keeps the pool mapped, even after its communicator is freed."""
+    cdef Pool pool
+    cdef readonly size_t offset
+    cdef readonly size_t nbytes
+    cdef size_t reserved          # bytes taken from the arena (0: a view)
+    cdef readonly bint readonly
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    @staticmethod
+    cdef PoolBuffer _new(Pool pool, size_t offset, size_t nbytes, size_t reserved,
+                         bint readonly):
+        cdef PoolBuffer b = PoolBuffer.__new__(PoolBuffer)
+        b.pool = pool
+        b.offset = offset
+        b.nbytes = nbytes
+        b.reserved = reserved
+        b.readonly = readonly
+        pool.live += 1
+        return b
+
+    @property
+    def address(self):
+        return <uintptr_t>(self.pool.st.base + self.offset)
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self.readonly and (flags & PyBUF_WRITABLE):
+            raise BufferError("a read-only view of another rank's pool array "
+                              "(Bcast_view) cannot be written")
+        self.shape[0] = self.nbytes
+        self.strides[0] = 1
+        view.buf = self.pool.st.base + self.offset
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = self.readonly
+        view.itemsize = 1
+        view.format = BYTE_FORMAT if (flags & PyBUF_FORMAT) else NULL
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = self.strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def __dealloc__(self):
+        if self.pool is None:
+            return
+        if self.reserved:
+            self.pool._give_back(self.offset, self.reserved)
+        self.pool.live -= 1
+        if self.pool.closing and self.pool.live == 0:
+            self.pool._finish_close()
 
 
 cdef class _Arrays:

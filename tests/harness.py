@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # pool path, multi-chunk pipelining and messages larger than a slot.
 SMALL_POOL_ENV = {
     "CXLMPI_POOL_SIZE": "256K",
+    "CXLMPI_ARENA_SIZE": "1M",
+    "CXLMPI_ZEROCOPY_THRESHOLD": "1K",
     "CXLMPI_CHUNK_SIZE": "4K",
     "CXLMPI_THRESHOLD": "64",
     "CXLMPI_TUNING": "pool",

@@ -43,13 +43,13 @@ def test_collectives_software_coherence(nranks: int) -> None:
 
 def dax_stand_in(tmp_path: Path) -> dict[str, str]:
     """A regular file standing in for /dev/dax0.0, described by a fixture
-    sysfs tree (64 MiB, the default 2 MiB alignment)."""
+    sysfs tree (256 MiB, the default 2 MiB alignment)."""
     device = tmp_path / "dax0.0"
     with open(device, "wb") as f:
-        f.truncate(64 << 20)
+        f.truncate(256 << 20)
     sysfs = tmp_path / "sys" / "bus" / "dax" / "devices" / "dax0.0"
     sysfs.mkdir(parents=True)
-    (sysfs / "size").write_text(f"{64 << 20}\n")
+    (sysfs / "size").write_text(f"{256 << 20}\n")
     return {"CXLMPI_POOL": f"dax:{device}", "CXLMPI_SYSFS": str(tmp_path / "sys")}
 
 

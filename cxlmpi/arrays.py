@@ -1,0 +1,116 @@
+"""Pool-resident numpy arrays: memory every rank of a communicator's pool
+maps, so that collectives on them move each byte the fewest times.
+
+    a = cxlmpi.empty((1 << 21,), np.float64, comm=comm)   # in comm's pool
+    b = cxlmpi.zeros_like(a)
+    comm.Allreduce(a, b)        # peers read a and write b in place
+
+Each rank allocates from its own arena of the pool (CXLMPI_ARENA_SIZE per
+rank; first fit, freed blocks coalesce; the GIL serializes allocations, so
+threads may allocate at once).  An array is an ordinary numpy array: its
+memory goes back to the arena when it is garbage-collected, and it keeps the
+pool mapped, so it stays valid after its communicator is freed and at exit.
+
+Setting a communicator's pool up is collective: the first of these calls on
+a communicator must be made by all of its ranks (as the first collective
+would be).  On a communicator without a pool (one rank, or no two ranks
+sharing memory) they return ordinary numpy arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ._pool import Pool
+
+__all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
+           "pool_of"]
+
+
+def _default_comm() -> MPI.Intracomm:
+    from .comm import wrap
+
+    return wrap(MPI.COMM_WORLD)
+
+
+def pool_of(comm: MPI.Intracomm | None) -> Pool | None:
+    """The pool arrays of `comm` live in (its group's pool when it spans
+    several): collective the first time."""
+    from .comm import pool_state
+    from .hierarchy import Hierarchy
+
+    comm = _default_comm() if comm is None else comm
+    pool = pool_state(comm) if not isinstance(comm, MPI.Intercomm) else None
+    if isinstance(pool, Hierarchy):
+        pool = pool.pool
+    if pool is not None and pool.arena_nbytes() == 0:
+        return None
+    return pool
+
+
+def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
+          comm: MPI.Intracomm | None = None) -> np.ndarray:
+    """A new uninitialized array in the pool of `comm` (COMM_WORLD if None)."""
+    dt = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if order not in ("C", "F"):
+        raise ValueError("order must be 'C' or 'F'")
+    pool = pool_of(comm)
+    if pool is None:
+        return np.empty(shape, dt, order)
+    count = int(np.prod(shape, dtype=np.int64))
+    if count < 0 or any(n < 0 for n in shape):
+        raise ValueError("negative dimensions are not allowed")
+    buf = pool.allocate(count * dt.itemsize)
+    flat = np.frombuffer(buf, dtype=dt, count=count)
+    return flat.reshape(shape, order=order)
+
+
+def zeros(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
+          comm: MPI.Intracomm | None = None) -> np.ndarray:
+    """A new zero-filled array in the pool of `comm`."""
+    a = empty(shape, dtype, order, comm=comm)
+    a.fill(0)
+    return a
+
+
+def empty_like(prototype: np.ndarray, dtype: Any = None, *,
+               comm: MPI.Intracomm | None = None) -> np.ndarray:
+    """An uninitialized pool array with the shape (and dtype) of `prototype`."""
+    proto = np.asarray(prototype)
+    order = "F" if proto.flags.f_contiguous and not proto.flags.c_contiguous else "C"
+    return empty(proto.shape, proto.dtype if dtype is None else dtype, order, comm=comm)
+
+
+def zeros_like(prototype: np.ndarray, dtype: Any = None, *,
+               comm: MPI.Intracomm | None = None) -> np.ndarray:
+    """A zero-filled pool array with the shape (and dtype) of `prototype`."""
+    a = empty_like(prototype, dtype, comm=comm)
+    a.fill(0)
+    return a
+
+
+def asarray(x: Any, dtype: Any = None, *, comm: MPI.Intracomm | None = None) -> np.ndarray:
+    """`x` itself if it already lives in the pool of `comm` (with `dtype`),
+    else a pool copy of it."""
+    src = np.asarray(x, dtype=dtype)
+    if pool_of(comm) is None or is_resident(src, comm=comm):
+        return src
+    out = empty(src.shape, src.dtype, comm=comm)
+    np.copyto(out, src)
+    return out
+
+
+def is_resident(a: Any, *, comm: MPI.Intracomm | None = None) -> bool:
+    """Whether the contiguous array `a` lives in the pool of `comm`, so that
+    peers can use it in place."""
+    arr = np.asarray(a)
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        return False
+    pool = pool_of(comm)
+    if pool is None or pool.closed:
+        return False
+    return pool.offset_of(arr.__array_interface__["data"][0], arr.nbytes) >= 0

@@ -1,0 +1,169 @@
+"""Pool-resident arrays (cxlmpi.empty & co.): every buffer placement - send
+and receive private or in the pool, in place, different on different ranks
+- gives stock MPI's result; Bcast_view; arrays outlive their communicator."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from common import CFG, PLAIN, RANK, SIZE, agree, make_data, same
+from mpi4py import MPI
+
+import cxlmpi
+
+# Where each rank's buffers live: "pool", "private", or a mix across ranks.
+PLACES = ["private", "pool", "rank0-pool", "odd-pool"]
+
+
+def in_pool(place: str, rank: int = RANK) -> bool:
+    return {"private": False, "pool": True, "rank0-pool": rank == 0,
+            "odd-pool": rank % 2 == 1}[place]
+
+
+def buffer(comm, data: np.ndarray, place: str) -> np.ndarray:
+    """`data` in private memory or in comm's pool, as `place` says."""
+    if in_pool(place):
+        return cxlmpi.asarray(data.copy(), comm=comm)  # plain numpy where no pool
+    return data.copy()
+
+
+def counts() -> list[int]:
+    """Below and above the zero-copy threshold, odd, several blocks."""
+    zc = CFG.zerocopy_threshold // 8
+    return sorted({1, 7, max(1, zc - 1), zc + 3, 3 * zc + 5})
+
+
+@pytest.mark.parametrize("send_place, recv_place",
+                         list(itertools.product(PLACES, PLACES)))
+def test_allreduce_and_reduce_anywhere(comm, send_place, recv_place):
+    bad = []
+    for n, op in itertools.product(counts(), [MPI.SUM, MPI.MAX]):
+        data = make_data(np.float64, n, 71, op)
+        want = np.empty(n)
+        PLAIN.Allreduce(data, want, op)
+        send = buffer(comm, data, send_place)
+        recv = buffer(comm, np.full(n, -7.0), recv_place)
+        comm.Allreduce(send, recv, op)
+        if not same(recv, want, op) or not np.array_equal(send, data):
+            bad.append(f"Allreduce {op} n={n}")
+        inplace = buffer(comm, data, send_place)
+        comm.Allreduce(MPI.IN_PLACE, inplace, op)
+        if not same(inplace, want, op):
+            bad.append(f"Allreduce in place {op} n={n}")
+        for root in range(SIZE):
+            recv = buffer(comm, np.full(n, -7.0), recv_place)
+            comm.Reduce(send, recv, op, root)
+            if RANK == root and not same(recv, want, op):
+                bad.append(f"Reduce {op} n={n} root={root}: {recv[:3]} != {want[:3]}")
+            if RANK != root and not np.all(recv == -7.0):
+                bad.append(f"Reduce wrote off the root {op} n={n}")
+            inplace = buffer(comm, data, send_place)
+            if RANK == root:
+                comm.Reduce(MPI.IN_PLACE, inplace, op, root)
+                if not same(inplace, want, op):
+                    bad.append(f"Reduce in place {op} n={n} root={root}")
+            else:
+                comm.Reduce(inplace, None, op, root)
+    agree(not bad, "; ".join(bad))
+
+
+@pytest.mark.parametrize("send_place, recv_place",
+                         list(itertools.product(PLACES, PLACES)))
+def test_bcast_and_gathers_anywhere(comm, send_place, recv_place):
+    bad = []
+    for n in counts():
+        for root in range(SIZE):
+            data = make_data(np.float64, n, 72, rank=root)
+            buf = buffer(comm, data if RANK == root else np.zeros(n), send_place)
+            comm.Bcast(buf, root)
+            if not np.array_equal(buf, data):
+                bad.append(f"Bcast n={n} root={root}")
+        mine = make_data(np.int32, n, 73)
+        want = np.empty((SIZE, n), np.int32)
+        PLAIN.Allgather(mine, want)
+        send = buffer(comm, mine, send_place)
+        got = buffer(comm, np.zeros((SIZE, n), np.int32), recv_place)
+        comm.Allgather(send, got)
+        if not np.array_equal(got, want):
+            bad.append(f"Allgather n={n}")
+        for root in range(SIZE):
+            got = buffer(comm, np.zeros((SIZE, n), np.int32), recv_place)
+            comm.Gather(send, got if RANK == root else None, root)
+            if RANK == root and not np.array_equal(got, want):
+                bad.append(f"Gather n={n} root={root}")
+    agree(not bad, "; ".join(bad))
+
+
+def test_resident_buffers_in_every_other_collective(comm):
+    """The collectives without a zero-copy path take pool arrays too."""
+    n = counts()[-1]
+    send = cxlmpi.asarray(make_data(np.int64, n * SIZE, 74), comm=comm)
+    got, want = cxlmpi.zeros(n * SIZE, np.int64, comm=comm), np.zeros(n * SIZE, np.int64)
+    comm.Alltoall(send, got)
+    PLAIN.Alltoall(send, want)
+    ok = np.array_equal(got, want)
+    got, want = cxlmpi.zeros(n, np.int64, comm=comm), np.zeros(n, np.int64)
+    comm.Reduce_scatter_block(send, got)
+    PLAIN.Reduce_scatter_block(send, want)
+    ok = ok and np.array_equal(got, want)
+    comm.Scan(send[:n], got)
+    PLAIN.Scan(send[:n], want)
+    agree(ok and np.array_equal(got, want), "Alltoall/Reduce_scatter_block/Scan")
+
+
+def test_arrays_are_numpy_arrays_in_the_pool(comm):
+    a = cxlmpi.empty((3, 5), np.float32, comm=comm)
+    b = cxlmpi.zeros_like(a, comm=comm)
+    c = cxlmpi.empty_like(np.zeros((4, 2), order="F"), comm=comm)
+    d = cxlmpi.asarray([1, 2, 3], comm=comm)
+    ok = (a.shape, a.dtype, b.sum(), c.flags.f_contiguous, list(d)) == \
+        ((3, 5), np.float32, 0.0, True, [1, 2, 3])
+    ok = ok and cxlmpi.asarray(d, comm=comm) is d
+    if cxlmpi.arrays.pool_of(comm) is not None:  # (not: a group of one rank)
+        ok = ok and all(cxlmpi.is_resident(x, comm=comm) for x in (a, b, c, d))
+        ok = ok and not cxlmpi.is_resident(np.zeros(3), comm=comm)
+    agree(ok, "pool arrays")
+
+
+def test_bcast_view(comm):
+    n = counts()[-1]
+    src = cxlmpi.empty(n, np.int64, comm=comm)
+    if RANK == 0:
+        src[:] = np.arange(n) * 3
+    view = comm.Bcast_view(src if RANK == 0 else None, 0)
+    ok = np.array_equal(view, np.arange(n) * 3) and not view.flags.writeable
+    try:
+        view[0] = 1
+        ok = False
+    except ValueError:
+        pass
+    matrix = cxlmpi.zeros((4, 6), np.float32, order="F", comm=comm)
+    if RANK == SIZE - 1:
+        matrix[:] = np.arange(24, dtype=np.float32).reshape(4, 6)
+    mview = comm.Bcast_view(matrix, SIZE - 1)
+    ok = ok and np.array_equal(mview, np.arange(24, dtype=np.float32).reshape(4, 6))
+    comm.Barrier()  # every view is read before the roots change their arrays
+    agree(ok, "Bcast_view")
+
+
+def test_bcast_view_needs_a_pool_array(comm):
+    err = None
+    try:
+        comm.Bcast_view(np.arange(5) if RANK == 0 else None, 0)
+    except ValueError as exc:
+        err = str(exc)
+    multi = not isinstance(cxlmpi.arrays.pool_of(comm), cxlmpi._pool.Pool) or \
+        CFG.pool_groups > 1
+    if SIZE > 1 and not multi:
+        agree(err is not None and "not in this communicator's pool" in err, f"{err}")
+
+
+def test_arrays_outlive_their_communicator():
+    dup = cxlmpi.wrap(PLAIN.Dup())
+    a = cxlmpi.zeros(1000, np.float64, comm=dup)
+    dup.Allreduce(MPI.IN_PLACE, a)   # the pool is in use
+    dup.Free()
+    a += 1                            # still mapped
+    agree(float(a.sum()) == 1000.0, "array after Free")
