@@ -4,6 +4,7 @@ The extensions use no MPI header and link no MPI library: every MPI call goes
 through mpi4py, so one build works with MPICH, Open MPI or any other MPI.
 """
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -14,6 +15,10 @@ extensions = [
               extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_kernels.h"]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
               extra_compile_args=COMPILE_ARGS),
+    # The NumPy allocation hook (NEP 49): the only part built against NumPy.
+    Extension("cxlmpi._alloc", ["pyx/_alloc.pyx"], include_dirs=["pyx", numpy.get_include()],
+              define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_alloc.h"]),
 ]
 
 setup(ext_modules=cythonize(extensions, language_level=3,

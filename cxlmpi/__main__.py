@@ -21,6 +21,7 @@ usage: python -m cxlmpi [options] <pyfile> [arg] ...
 options:
   --stats            print per-collective statistics at exit (CXLMPI_STATS=1)
   --no-pool          pass every call through to MPI (CXLMPI_DISABLE=1)
+  --alloc            NumPy places large arrays in the pool (CXLMPI_ALLOC=1)
   --threshold SIZE   smallest message through the pool (CXLMPI_THRESHOLD)
   --pool-size SIZE   bytes of each pool segment (CXLMPI_POOL_SIZE)
   --coherence MODE   hw or sw (CXLMPI_COHERENCE)
@@ -187,6 +188,8 @@ def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
             os.environ["CXLMPI_STATS"] = "1"
         elif arg == "--no-pool":
             os.environ["CXLMPI_DISABLE"] = "1"
+        elif arg == "--alloc":
+            os.environ["CXLMPI_ALLOC"] = "1"
         elif arg.split("=", 1)[0] in _VALUE_OPTIONS:
             name, eq, value = arg.partition("=")
             if not eq:

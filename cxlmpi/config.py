@@ -128,6 +128,10 @@ VARIABLES: tuple[Variable, ...] = (
              "by default: settling their path costs small calls a header step "
              "and a second pickling (measured 1.5-2.4x stock on a float "
              "allreduce)."),
+    Variable("CXLMPI_ALLOC", _parse_bool, "0",
+             "Make NumPy place arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and "
+             "more in COMM_WORLD's pool (NEP 49 allocation hook), so that "
+             "unmodified programs get the zero-copy paths."),
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit."),
     Variable("CXLMPI_DISABLE", _parse_bool, "0",
@@ -150,6 +154,7 @@ class Config:
     timeout: float
     coherence: str
     objects: bool
+    alloc: bool
     stats: bool
     disable: bool
 

@@ -27,9 +27,14 @@ def patch() -> None:
     constants they replace.  Idempotent."""
     for name in _ORIGINAL:
         setattr(MPI, name, _wrapped(name))
-    from . import install_stats_hook
+    from . import config, install_stats_hook
 
     install_stats_hook()
+    cfg = config.get()
+    if cfg.alloc and not cfg.disable:  # collective: every rank patches
+        from .alloc import enable
+
+        enable(_wrapped("COMM_WORLD"))
 
 
 def unpatch() -> None:
