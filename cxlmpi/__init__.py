@@ -11,7 +11,6 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
-from .arrays import asarray, empty, empty_like, is_resident, zeros, zeros_like
 from .comm import CXLComm, wrap
 from .entry import is_patched, patch, unpatch
 from .errors import (
@@ -25,6 +24,20 @@ from .stats import reset as reset_stats
 from .stats import stats
 
 __version__ = "0.1.0"
+
+_ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident")
+
+
+def __getattr__(name: str):
+    # cxlmpi.empty & co. import NumPy on first use, not with cxlmpi: a
+    # program may still set OMP_NUM_THREADS & co. before NumPy (and its BLAS
+    # thread pool) starts - with two BLAS threads per rank on a node full of
+    # ranks, a training loop ran 5-20x slower.
+    if name in _ARRAYS:
+        from . import arrays
+
+        return getattr(arrays, name)
+    raise AttributeError(f"module 'cxlmpi' has no attribute {name!r}")
 
 _stats_hooked = False
 

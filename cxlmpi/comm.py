@@ -13,7 +13,6 @@ import atexit
 from collections.abc import Sequence
 from typing import Any, Callable
 
-import numpy as np
 from mpi4py import MPI
 
 from . import _shim, config
@@ -198,7 +197,7 @@ class CXLComm(_shim.CommBase):
 
     # --------------------------------------------- pointer-passing extension
 
-    def Bcast_view(self, array: np.ndarray | None, root: int = 0) -> np.ndarray:
+    def Bcast_view(self, array: Any, root: int = 0) -> Any:
         """Broadcast by reference: every rank gets a read-only view of the
         root's pool-resident `array` (cxlmpi.empty & co.; ignored off the
         root), whatever its size, in the time of one small message.
@@ -207,6 +206,8 @@ class CXLComm(_shim.CommBase):
         or free it until the other ranks are done with their views (e.g. a
         Barrier).  A view keeps the pool mapped.  Raises ValueError on every
         rank when the root's array is not in this communicator's pool."""
+        import numpy as np
+
         from . import arrays
         from ._pool import flush
 

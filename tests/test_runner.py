@@ -395,3 +395,12 @@ def test_example_same_result(name: str) -> None:
     tables = stats_tables(patched.stderr)
     assert sorted(tables) == list(range(NRANKS)), patched.stderr
     assert all(sum(row[0] for row in t.values()) > 0 for t in tables.values()), tables
+
+
+def test_numpy_is_not_imported_before_the_program() -> None:
+    """A program may set OMP_NUM_THREADS & co. before it imports NumPy;
+    cxlmpi must not start NumPy (and its BLAS threads) first (a training
+    loop ran 5-20x slower with two BLAS threads per rank)."""
+    code = "import sys; print('NUMPY', 'numpy' in sys.modules)"
+    out = run_mpi(2, ["-m", "cxlmpi", "-c", code])
+    assert out.stdout.split().count("False") == 2, out.stdout
