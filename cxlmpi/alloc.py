@@ -14,11 +14,15 @@ arrays, NumPy's own allocator is used.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import sys
 from typing import Any
 
 from mpi4py import MPI
 
-from . import arrays, config
+from . import config
+from .comm import arena_pool
 
 __all__ = ["enable", "disable", "active", "stats"]
 
@@ -31,20 +35,59 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
     time: reserve `fraction` of this rank's arena and make NumPy allocate
     arrays of at least `threshold` bytes there.  False when the communicator
     has no pool (nothing to share)."""
-    from . import _alloc
-
     global _region
     threshold = config.get().zerocopy_threshold if threshold is None else threshold
     if _region is None:
-        pool = arrays.pool_of(comm)
+        pool = arena_pool(comm)
         if pool is None:
             return False
         nbytes = int(pool.arena_free() * fraction) // 4096 * 4096
         if nbytes < threshold:
             return False
         _region = pool.allocate(nbytes)
-    _alloc.install(_region.address, _region.nbytes, threshold)
+    if "numpy" in sys.modules:
+        _install(threshold)
+    else:
+        # Installing the handler imports NumPy, which starts its BLAS thread
+        # pool: not before the program had its chance to set OMP_NUM_THREADS
+        # & co.  The handler goes in right after the program imports NumPy.
+        _NumpyWatcher.arm(threshold)
     return True
+
+
+def _install(threshold: int) -> None:
+    from . import _alloc
+
+    _alloc.install(_region.address, _region.nbytes, threshold)
+
+
+class _NumpyWatcher(importlib.abc.MetaPathFinder):
+    """Runs `_install` right after `numpy` itself has been imported."""
+
+    threshold = 0
+
+    @classmethod
+    def arm(cls, threshold: int) -> None:
+        cls.threshold = threshold
+        if not any(isinstance(f, cls) for f in sys.meta_path):
+            sys.meta_path.insert(0, cls())
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "numpy":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _install(type(self).threshold)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def disable() -> None:
@@ -57,6 +100,8 @@ def disable() -> None:
 
 def active() -> bool:
     """Whether NumPy currently places large arrays in the pool."""
+    if "cxlmpi._alloc" not in sys.modules:
+        return False
     from . import _alloc
 
     return _alloc.active()

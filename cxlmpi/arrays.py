@@ -24,31 +24,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ._pool import Pool
+from .comm import arena_pool as pool_of
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
            "pool_of"]
-
-
-def _default_comm() -> MPI.Intracomm:
-    from .comm import wrap
-
-    return wrap(MPI.COMM_WORLD)
-
-
-def pool_of(comm: MPI.Intracomm | None) -> Pool | None:
-    """The pool arrays of `comm` live in (its group's pool when it spans
-    several): collective the first time."""
-    from .comm import pool_state
-    from .hierarchy import Hierarchy
-
-    comm = _default_comm() if comm is None else comm
-    pool = pool_state(comm) if not isinstance(comm, MPI.Intercomm) else None
-    if isinstance(pool, Hierarchy):
-        pool = pool.pool
-    if pool is not None and pool.arena_nbytes() == 0:
-        return None
-    return pool
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,

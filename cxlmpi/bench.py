@@ -215,11 +215,6 @@ class BenchError(Exception):
     """A problem with the request, found alike on every rank (exit status 2)."""
 
 
-def pool_buffers_available() -> bool:
-    """Whether this cxlmpi has pool-resident arrays (`cxlmpi.empty`)."""
-    return hasattr(cxlmpi, "empty")
-
-
 def allocate(kind: str, count: int, dtype: str, comm: MPI.Intracomm) -> np.ndarray:
     """One message buffer of `count` elements of `dtype`, of buffer `kind`:
     "private" (a numpy array of this process) or "pool" (an array resident in
@@ -227,11 +222,7 @@ def allocate(kind: str, count: int, dtype: str, comm: MPI.Intracomm) -> np.ndarr
     if kind == "private":
         return np.empty(count, dtype)
     if kind == "pool":
-        if not pool_buffers_available():
-            raise BenchError("--buffers pool: pool-resident arrays (cxlmpi.empty) are "
-                             "not available in this version of cxlmpi yet; use "
-                             "--buffers private")
-        return np.asarray(cxlmpi.empty(count, dtype=dtype, comm=comm))  # type: ignore[attr-defined]
+        return cxlmpi.empty(count, dtype, comm=comm)
     raise BenchError(f"unknown buffer kind {kind!r} (use one of {', '.join(BUFFER_KINDS)})")
 
 
@@ -762,8 +753,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                              "use --buffers pool")
     except ValueError as exc:
         raise BenchError(str(exc)) from None
-    if args.buffers == "pool" and not pool_buffers_available():
-        allocate("pool", 0, "u1", world)  # raises the explanation
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise BenchError("--plot needs matplotlib, an optional dependency that is not "
                          "installed (pip install matplotlib)")

@@ -119,6 +119,19 @@ def pool_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
     return _states[comm.handle].pool
 
 
+def arena_pool(comm: MPI.Intracomm | None) -> Pool | None:
+    """The pool whose arenas hold `comm`'s pool-resident arrays (its group's
+    pool when it spans several; None without arenas): collective the first
+    time.  `comm` None: the wrapped COMM_WORLD."""
+    comm = wrap(MPI.COMM_WORLD) if comm is None else comm
+    pool = pool_state(comm) if not isinstance(comm, MPI.Intercomm) else None
+    if isinstance(pool, Hierarchy):
+        pool = pool.pool
+    if pool is not None and pool.arena_nbytes() == 0:
+        return None
+    return pool
+
+
 def run_pool(comm: MPI.Intracomm, pool: Pool, method: str, *args: Any) -> Any:
     """Call `pool.<method>(*args)`, turning an algorithm failure into the
     CXLMPIError the user sees (timeout, dead peer)."""
@@ -208,11 +221,10 @@ class CXLComm(_shim.CommBase):
         rank when the root's array is not in this communicator's pool."""
         import numpy as np
 
-        from . import arrays
         from ._pool import flush
 
         plain = MPI.Intracomm(self)
-        pool = arrays.pool_of(self)
+        pool = arena_pool(self)
         if not isinstance(pool_state(self), Pool):
             pool = None  # ranks in several pools (or none shared): MPI copies
         meta = None

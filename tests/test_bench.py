@@ -132,38 +132,20 @@ def test_validation_failure_is_loud(tmp_path: Path) -> None:
     assert "FAIL" in proc.stdout
 
 
-# --buffers pool without pool-resident arrays (hidden even if a later cxlmpi
-# has them); then with a stand-in `cxlmpi.empty` built on numpy.
-POOL_MISSING = """
-import sys
-import cxlmpi
-from cxlmpi import bench
-if hasattr(cxlmpi, "empty"):
-    del cxlmpi.empty
-sys.exit(bench.main(sys.argv[1:]))
-"""
-
-POOL_STANDIN = """
-import sys
-import numpy as np
-import cxlmpi
-from cxlmpi import bench
-cxlmpi.empty = lambda count, dtype, comm: np.empty(count, dtype)
-sys.exit(bench.main(sys.argv[1:]))
-"""
-
-
 def test_pool_buffers(tmp_path: Path) -> None:
-    proc = run_mpi(1, ["-c", POOL_MISSING, "--buffers", "pool", "--sizes", "8", *FAST],
-                   timeout=TIMEOUT, check=False)
-    assert proc.returncode == 2
-    assert "--buffers pool: pool-resident arrays (cxlmpi.empty) are not available" \
-        in proc.stderr
+    """--buffers pool: pool-resident arrays on both communicators, results
+    validated against stock; Bcast_view only with pool buffers."""
     out = tmp_path / "pool.json"
-    run_mpi(2, ["-c", POOL_STANDIN, "--buffers", "pool", "--sizes", "8K", *FAST,
+    run_mpi(2, ["-m", "cxlmpi.bench", "--buffers", "pool", "--ops",
+                "Allreduce,Bcast,Allgather,Bcast_view", "--sizes", "8K", *FAST,
                 "--validate", "--json", str(out)], env=SMALL_POOL_ENV, timeout=TIMEOUT)
     records = json.loads(out.read_text())["records"]
-    assert [(r["buffers"], r["valid"]) for r in records] == [("pool", True)] * 2
+    assert [(r["op"], r["buffers"], r["valid"]) for r in records] == [
+        ("Allreduce", "pool", True), ("Bcast", "pool", True), ("Allgather", "pool", True),
+        ("Bcast_view", "pool", True)]
+    assert records[-1]["path"] == "view"
+    proc = _bench(1, ["--ops", "Bcast_view", "--sizes", "8", *FAST], check=False)
+    assert proc.returncode == 2 and "use --buffers pool" in proc.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None,

@@ -397,10 +397,12 @@ def test_example_same_result(name: str) -> None:
     assert all(sum(row[0] for row in t.values()) > 0 for t in tables.values()), tables
 
 
-def test_numpy_is_not_imported_before_the_program() -> None:
+@pytest.mark.parametrize("options", [[], ["--alloc"]])
+def test_numpy_is_not_imported_before_the_program(options: list[str]) -> None:
     """A program may set OMP_NUM_THREADS & co. before it imports NumPy;
     cxlmpi must not start NumPy (and its BLAS threads) first (a training
-    loop ran 5-20x slower with two BLAS threads per rank)."""
+    loop ran 5-20x slower with two BLAS threads per rank), not even to
+    install the --alloc hook (it goes in when the program imports NumPy)."""
     code = "import sys; print('NUMPY', 'numpy' in sys.modules)"
-    out = run_mpi(2, ["-m", "cxlmpi", "-c", code])
+    out = run_mpi(2, ["-m", "cxlmpi", *options, "-c", code])
     assert out.stdout.split().count("False") == 2, out.stdout
