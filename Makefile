@@ -35,6 +35,8 @@ $(VENV_OMPI)/.built: $(SOURCES)
 demo: $(VENV)/.built
 	$(PY) tools/compare.py -n $(NP) examples/jacobi_solver.py
 	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
+	@echo "--- the same training loop with its arrays in the pool (python -m cxlmpi --alloc)"
+	CXLMPI_ALLOC=1 $(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
 
 # The tests: lint, then the suite on MPICH (then Open MPI: `make test-openmpi`).
 test: lint test-mpich

@@ -693,6 +693,77 @@ cdef int alg_exchange(state_t *st, const char **send_addr, const size_t *send_nb
     return OK
 
 
+cdef int publish_block_offsets(state_t *st, const char **send_addr,
+                               const size_t *send_nbytes, size_t mapped,
+                               bint *all_resident) noexcept nogil:
+    """Header step of the personalized collectives: every rank writes, in
+    its half, where its block for each rank lives (offset + 1, or 0:
+    private; an empty block counts as in the pool).  Every rank reads the
+    whole table, so all decide alike whether every block can be read in
+    place."""
+    cdef uint64_t *mine = <uint64_t *>half_ptr(st, st.rank, st.step + 1)
+    cdef const uint64_t *theirs
+    cdef int q, d, rc
+    for d in range(st.size):
+        mine[d] = 1 if send_nbytes[d] == 0 else \
+            resident(st, send_addr[d], send_nbytes[d], mapped)
+    wrote(st, mine, st.size * 8)
+    rc = step_all(st)
+    if rc != OK:
+        return rc
+    all_resident[0] = True
+    for q in range(st.size):
+        theirs = <const uint64_t *>half_ptr(st, q, st.step)
+        will_read(st, theirs, st.size * 8)
+        for d in range(st.size):
+            if theirs[d] == 0:
+                all_resident[0] = False
+    return OK
+
+
+cdef int alg_exchange_zc(state_t *st, const char **send_addr, const size_t *send_nbytes,
+                         char **recv_addr, const size_t *recv_nbytes,
+                         size_t mapped) noexcept nogil:
+    """Every block is in the pool: each rank copies the blocks meant for it
+    straight from their owners' buffers (the table of the header step is
+    still in every rank's half), then one completion step."""
+    cdef int q, me = st.rank
+    cdef uint64_t at
+    cdef size_t n
+    cdef const char *src
+    for q in range(st.size):
+        if q == me:
+            src = send_addr[me]
+            n = min_size(send_nbytes[me], recv_nbytes[me])
+        else:
+            at = (<const uint64_t *>half_ptr(st, q, st.step))[me] - 1
+            src = st.base + at
+            n = min_size(recv_nbytes[q], mapped - at)
+        if n and <const char *>recv_addr[q] != src:
+            will_read(st, src, n)
+            cxl_copy(recv_addr[q], src, n)
+    return step_all(st)
+
+
+cdef int alg_reduce_scatter_zc(state_t *st, cxl_reduce_fn fn, char *recvbuf,
+                               size_t count, size_t itemsize, size_t mapped) noexcept nogil:
+    """Every piece is in the pool: each rank folds the pieces meant for it
+    straight from their owners' buffers into its receive buffer."""
+    cdef const char *src[MAX_ZC_RANKS]
+    cdef char *dst[1]
+    cdef uint64_t at
+    cdef int q
+    for q in range(st.size):
+        at = (<const uint64_t *>half_ptr(st, q, st.step))[st.rank] - 1
+        if at + count * itemsize > mapped:
+            at = 0  # a piece shorter than this rank's count: erroneous, stay inside
+        src[q] = st.base + at
+    dst[0] = recvbuf
+    if count:
+        alg_reduce_direct(st, fn, src, dst, 1, 0, count, itemsize)
+    return step_all(st)
+
+
 cdef int alg_reduce_scatter(state_t *st, const char **send_addr,
                             const size_t *counts, char *recvbuf, size_t itemsize,
                             cxl_reduce_fn fn, size_t nsteps, size_t sub_count,
@@ -1273,10 +1344,20 @@ cdef class Pool:
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t sub = self._sub(1)
         cdef size_t nsteps = (max_nbytes + sub - 1) // sub
-        cdef int rc
+        cdef int rc = OK
+        cdef bint zc = self._zerocopy(max_nbytes * self.st.size) \
+            and <size_t>self.st.size * 8 <= self.st.half_nbytes
+        cdef bint all_resident = False
         with nogil:
-            rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
-                              recv.addr, recv.nbytes, nsteps, sub)
+            if zc:
+                rc = publish_block_offsets(&self.st, <const char **>send.addr, send.nbytes,
+                                           self.nbytes, &all_resident)
+            if rc == OK and zc and all_resident:
+                rc = alg_exchange_zc(&self.st, <const char **>send.addr, send.nbytes,
+                                     recv.addr, recv.nbytes, self.nbytes)
+            elif rc == OK:
+                rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
+                                  recv.addr, recv.nbytes, nsteps, sub)
         if rc != OK:
             self._raise(rc, what)
 
@@ -1291,13 +1372,29 @@ cdef class Pool:
         cdef _Arrays send = _Arrays(send_addrs, counts)
         cdef size_t sub_count = self._sub(itemsize) // itemsize
         cdef size_t nsteps = 0, q
+        cdef size_t total = 0
         for q in range(self.st.size):
             nsteps = max(nsteps, (send.nbytes[q] + sub_count - 1) // sub_count)
-        cdef int rc
+            total += send.nbytes[q] * itemsize
+        cdef int rc = OK
+        # In place the result overwrites the start of the send buffer, which
+        # rank 0 may still be reading: the copying path then.
+        cdef bint zc = self._zerocopy(total) and not inplace \
+            and <size_t>self.st.size * 8 <= self.st.half_nbytes
+        cdef bint all_resident = False
+        cdef _Arrays blocks = _Arrays(send_addrs, [c * itemsize for c in counts]) \
+            if zc else None
         with nogil:
-            rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
-                                    <char *>recvaddr, itemsize, fn, nsteps, sub_count,
-                                    inplace)
+            if zc:
+                rc = publish_block_offsets(&self.st, <const char **>blocks.addr,
+                                           blocks.nbytes, self.nbytes, &all_resident)
+            if rc == OK and zc and all_resident:
+                rc = alg_reduce_scatter_zc(&self.st, fn, <char *>recvaddr,
+                                           send.nbytes[self.st.rank], itemsize, self.nbytes)
+            elif rc == OK:
+                rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
+                                        <char *>recvaddr, itemsize, fn, nsteps, sub_count,
+                                        inplace)
         if rc != OK:
             self._raise(rc, what)
 

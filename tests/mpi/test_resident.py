@@ -96,21 +96,53 @@ def test_bcast_and_gathers_anywhere(comm, send_place, recv_place):
     agree(not bad, "; ".join(bad))
 
 
-def test_resident_buffers_in_every_other_collective(comm):
-    """The collectives without a zero-copy path take pool arrays too."""
-    n = counts()[-1]
-    send = cxlmpi.asarray(make_data(np.int64, n * SIZE, 74), comm=comm)
-    got, want = cxlmpi.zeros(n * SIZE, np.int64, comm=comm), np.zeros(n * SIZE, np.int64)
-    comm.Alltoall(send, got)
-    PLAIN.Alltoall(send, want)
-    ok = np.array_equal(got, want)
-    got, want = cxlmpi.zeros(n, np.int64, comm=comm), np.zeros(n, np.int64)
-    comm.Reduce_scatter_block(send, got)
-    PLAIN.Reduce_scatter_block(send, want)
-    ok = ok and np.array_equal(got, want)
-    comm.Scan(send[:n], got)
-    PLAIN.Scan(send[:n], want)
-    agree(ok and np.array_equal(got, want), "Alltoall/Reduce_scatter_block/Scan")
+@pytest.mark.parametrize("send_place, recv_place",
+                         [("pool", "pool"), ("pool", "private"), ("odd-pool", "pool"),
+                          ("private", "pool")])
+def test_personalized_collectives_anywhere(comm, send_place, recv_place):
+    """Alltoall(v), Scatter, Reduce_scatter(_block), Scan on every placement:
+    blocks read in place when every one is in the pool."""
+    bad = []
+    for n in counts():
+        data = make_data(np.int64, n * SIZE, 74)
+        send = buffer(comm, data, send_place)
+        vector = [n] * SIZE, [n * q for q in range(SIZE)]
+        for name in ("Alltoall", "Alltoallv"):
+            got = buffer(comm, np.zeros(n * SIZE, np.int64), recv_place)
+            want = np.zeros(n * SIZE, np.int64)
+            if name == "Alltoall":
+                comm.Alltoall(send, got)
+                PLAIN.Alltoall(data, want)
+            else:
+                comm.Alltoallv([send, *vector, MPI.INT64_T], [got, *vector, MPI.INT64_T])
+                PLAIN.Alltoallv([data, *vector, MPI.INT64_T], [want, *vector, MPI.INT64_T])
+            if not np.array_equal(got, want):
+                bad.append(f"{name} n={n}")
+        for root in range(SIZE):
+            got = buffer(comm, np.zeros(n, np.int64), recv_place)
+            want = np.zeros(n, np.int64)
+            comm.Scatter(send if RANK == root else None, got, root)
+            PLAIN.Scatter(data if RANK == root else None, want, root)
+            if not np.array_equal(got, want):
+                bad.append(f"Scatter n={n} root={root}")
+        got = buffer(comm, np.zeros(n, np.int64), recv_place)
+        want = np.zeros(n, np.int64)
+        comm.Reduce_scatter_block(send, got)
+        PLAIN.Reduce_scatter_block(data, want)
+        if not np.array_equal(got, want):
+            bad.append(f"Reduce_scatter_block n={n}")
+        got = buffer(comm, np.zeros(n, np.int64), recv_place)
+        comm.Reduce_scatter(send, got, [n] * SIZE)
+        if not np.array_equal(got, want):
+            bad.append(f"Reduce_scatter n={n}")
+        got = buffer(comm, np.zeros(n, np.int64), recv_place)
+        comm.Scan(send[:n], got)
+        PLAIN.Scan(data[:n], want)
+        if not np.array_equal(got, want):
+            bad.append(f"Scan n={n}")
+        if not np.array_equal(send, data):
+            bad.append(f"send buffer changed n={n}")
+    agree(not bad, "; ".join(bad))
 
 
 def test_arrays_are_numpy_arrays_in_the_pool(comm):
