@@ -13,6 +13,11 @@ It offers the Pool methods the dispatcher calls for the collectives in
                pool bcast from each leader
     Reduce     pool reduce to each leader, MPI Reduce among leaders to the
                root's leader, then leader to root through the pool
+    Allgather(v), Gather(v)
+               pool gather to each leader (every block padded to the
+               largest), MPI Allgatherv / Gatherv among leaders, then pool
+               bcast of everything (Gather: leader to root); each receiver
+               puts the blocks where they belong
 
 A reduction combines each group's contributions first, then the groups': for
 floating point the result can differ in the last bits from a flat reduction,
@@ -23,6 +28,7 @@ still receives the same bits.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 from mpi4py import MPI
 
@@ -30,7 +36,8 @@ from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
 
 __all__ = ["Hierarchy", "COLLECTIVES"]
 
-COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce")
+COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv",
+               "gather", "gatherv")
 
 _MPI_TYPES = {
     "i8": MPI.INT8_T, "i16": MPI.INT16_T, "i32": MPI.INT32_T, "i64": MPI.INT64_T,
@@ -150,3 +157,76 @@ class Hierarchy:
             self._local("reduce", sendaddr, dst, count, itemsize, op, tcode, 0)
         elif dst != sendaddr:
             ctypes.memmove(dst, sendaddr, count * itemsize)
+
+    # ------------------------------------------------ gathers, header step
+
+    def agree(self, value: int) -> int:
+        """The header step of Gatherv & co.: the maximum over all ranks, or
+        0 when any rank published 0."""
+        if self.pool is not None:
+            value = self._local_value(self.pool.agree, value)
+        if self.leaders is not None:
+            any_zero = self.leaders.allreduce(int(value == 0), MPI.MAX)
+            value = 0 if any_zero else self.leaders.allreduce(value, MPI.MAX)
+        if self.pool is not None:
+            out = ctypes.c_uint64(value)
+            self._local("bcast", ctypes.addressof(out), 8, 0)
+            value = out.value
+        return value
+
+    def _local_value(self, method: Any, *args: object) -> Any:
+        try:
+            return method(*args)
+        except PoolFailure as exc:
+            raise PoolFailure(-1 if exc.timed_out else -2,
+                              self.groups[self.group][exc.rank], exc.what) from None
+
+    def gather(self, sendaddr: int, send_nbytes: int, recv_addrs: list[int],
+               recv_nbytes: list[int], root: int, max_nbytes: int, what: str) -> None:
+        """Allgather(v) (root < 0) and Gather(v) over the pool groups."""
+        group = self.groups[self.group]
+        size = len(self.where)
+        slot = max_nbytes
+        leader = self.leaders is not None
+        # 1. each group's blocks, padded to `slot`, at its leader
+        packed = ctypes.create_string_buffer(max(len(group) * slot, 1)) if leader else None
+        base = ctypes.addressof(packed) if leader else 0
+        if self.pool is not None:
+            self._local("gather", sendaddr, send_nbytes,
+                        [base + i * slot for i in range(len(group))], [slot] * len(group),
+                        0, slot, what)
+        elif send_nbytes:
+            ctypes.memmove(base, sendaddr, send_nbytes)
+        # 2. among leaders: every group's blocks, in group order
+        counts = [len(g) * slot for g in self.groups]
+        displs = [sum(counts[:g]) for g in range(len(self.groups))]
+        everything = None
+        g_root = self.where[root][0] if root >= 0 else -1
+        if leader or (root >= 0 and self.rank == root) or root < 0:
+            everything = ctypes.create_string_buffer(max(size * slot, 1))
+        whole = ctypes.addressof(everything) if everything is not None else 0
+        if leader and slot:
+            mine = _buffer(base, len(group) * slot, 1, TYPE_CODES["byte"])
+            into = [_buffer(whole, size * slot, 1, TYPE_CODES["byte"])[0], counts, displs,
+                    MPI_TYPE[TYPE_CODES["byte"]]]
+            if root < 0:
+                self.leaders.Allgatherv(mine, into)
+            else:
+                self.leaders.Gatherv(mine, into if self.group == g_root else None, g_root)
+        # 3. to every rank (Allgather) or from the leader to the root (Gather)
+        if root < 0:
+            self._local("bcast", whole, size * slot, 0)
+        elif self.group == g_root and self.where[root][1] != 0:
+            n = len(group)
+            self._local("gather", whole if leader else 0, size * slot if leader else 0,
+                        [whole if self.rank == root else 0] * n,
+                        [size * slot if q == 0 else 0 for q in range(n)],
+                        self.where[root][1], size * slot, what)
+        # 4. each receiver puts the blocks where they belong
+        if root < 0 or self.rank == root:
+            at = 0
+            for ranks in self.groups:
+                for r in ranks:
+                    if recv_nbytes[r] and recv_addrs[r] != whole + at:
+                        ctypes.memmove(recv_addrs[r], whole + at, min(recv_nbytes[r], slot))
+                    at += slot
