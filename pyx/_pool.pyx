@@ -490,6 +490,7 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t *result) noexcept nogil:
 # after a completion step, when every peer is done with it.
 
 DEF BLOCK_TMP = 8192
+DEF STREAM_MIN_NBYTES = 4 * 1024 * 1024
 DEF MAX_ZC_RANKS = 1024
 
 
@@ -590,7 +591,10 @@ cdef int alg_bcast_zc(state_t *st, char *buf, size_t nbytes, int root,
     cdef const char *src = st.base + root1 - 1
     if st.rank != root and <const char *>buf != src:
         will_read(st, src, nbytes)
-        cxl_copy(buf, src, nbytes)
+        if nbytes >= STREAM_MIN_NBYTES:
+            cxl_copy_out(buf, src, nbytes)
+        else:
+            cxl_copy(buf, src, nbytes)
     return step_all(st)
 
 
