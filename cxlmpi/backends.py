@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import fcntl
+import hashlib
 import mmap
 import os
 import re
@@ -185,8 +186,7 @@ def _host_id() -> int:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = socket.gethostname()
-    return int.from_bytes(bytes.fromhex(boot.replace("-", "")[:16].ljust(16, "0")), "little") \
-        if re.fullmatch(r"[0-9a-f-]+", boot) else hash(boot) & (2**64 - 1)
+    return int.from_bytes(hashlib.blake2b(boot.encode(), digest_size=8).digest(), "little")
 
 
 def _start_time(pid: int) -> int:
