@@ -14,6 +14,8 @@ process may map it at a different address)::
                             (its byte count in a header step), by parity
                         +32 host  r's host (pids are per host)
                         +40 attached  1 while r has the pool mapped
+                        +48 value2[2], +64 value3[2]  more numbers of a
+                            header step (buffer offsets, message size)
     slot_offset       data slots: rank r owns two halves of half_nbytes each,
                       at slot_offset + (2*r + h) * half_nbytes
 
@@ -498,20 +500,36 @@ cdef inline uint64_t *value2_ptr(state_t *st, int q, uint64_t step) noexcept nog
     return seq_ptr(st, q) + 6 + (step & 1)
 
 
+cdef inline uint64_t *value3_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return seq_ptr(st, q) + 8 + (step & 1)
+
+
 cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
                          uint64_t *sends, uint64_t *recvs) noexcept nogil:
-    """Header step: every rank's (send offset + 1, recv offset + 1)."""
+    """Header step: every rank's (send offset + 1, recv offset + 1), and in
+    a third word its message size; a size that differs from this rank's
+    clears every recv offset here, so that nobody writes into a receive
+    buffer smaller than what it would write (an erroneous program stays
+    on the copying path instead)."""
     cdef int q, rc
+    cdef uint64_t nbytes = recvs[0]
     value_ptr(st, st.rank, st.step + 1)[0] = send1
     value2_ptr(st, st.rank, st.step + 1)[0] = recv1
+    value3_ptr(st, st.rank, st.step + 1)[0] = nbytes
     rc = step_all(st)
     if rc != OK:
         return rc
+    cdef bint same = True
     for q in range(st.size):
         if st.sw and q != st.rank:
             cxl_flush(seq_ptr(st, q), CTRL_NBYTES, 1)
         sends[q] = value_ptr(st, q, st.step)[0]
         recvs[q] = value2_ptr(st, q, st.step)[0]
+        if value3_ptr(st, q, st.step)[0] != nbytes:
+            same = False
+    if not same:
+        for q in range(st.size):
+            recvs[q] = 0
     return OK
 
 
@@ -1221,6 +1239,7 @@ cdef class Pool:
             mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         with nogil:
             if zc:
+                recvs[0] = nbytes
                 rc = publish_offsets(&self.st, mine, 0, sends, recvs)
                 zc = rc == OK and all_fit(sends + root, 1, nbytes, self.nbytes)
             if rc == OK and zc:
@@ -1256,6 +1275,7 @@ cdef class Pool:
                 recv1 = resident(&self.st, <const char *>recvaddr, nbytes, self.nbytes)
         with nogil:
             if zc:
+                recvs[0] = nbytes
                 rc = publish_offsets(&self.st, send1, recv1, sends, recvs)
                 zc = rc == OK and all_fit(sends, self.st.size, nbytes, self.nbytes)
                 if zc:
@@ -1327,6 +1347,7 @@ cdef class Pool:
                 mine = 1  # nothing to read: as good as resident
         with nogil:
             if zc:
+                recvs[0] = send_nbytes
                 rc = publish_offsets(&self.st, mine, 0, sends, recvs)
                 zc = rc == OK and all_fit(sends, self.st.size, 0, self.nbytes)
             if rc == OK and zc:
