@@ -124,6 +124,9 @@ ctypedef struct state_t:
     int failed_rank        # set on error: a rank that never arrived
     int failed_code
     size_t arena_offset    # where the arenas start (== mapping size if none)
+    # per rank: its send buffer when read in place, or NULL (published
+    # through its half); the array itself NULL: every rank publishes
+    const char **res
 
 
 def reducer_defined(int op, int tcode):
@@ -311,17 +314,30 @@ cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:
     return a if a < b else b
 
 
+cdef inline const char *source(state_t *st, int q, uint64_t step, size_t offset,
+                               size_t at, const char *mine) noexcept nogil:
+    """Where rank q's contribution to message byte `at` (byte `offset` of its
+    half) is read: its own buffer when it is read in place (st.res), this
+    rank's private buffer (`mine`), or q's half of `step`."""
+    if st.res != NULL and st.res[q] != NULL:
+        return st.res[q] + at
+    if q == st.rank and mine != NULL:
+        return mine
+    return half_ptr(st, q, step) + offset
+
+
 cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
                      size_t count, size_t itemsize, uint64_t step, int nranks,
-                     const char *mine, char *dst2) noexcept nogil:
+                     const char *mine, char *dst2, size_t at) noexcept nogil:
     """dst = x0 op x1 op ... op x(nranks-1), left to right in rank order (a
     copy of x0 for one rank), from `count` elements at byte `offset` of each
-    rank's half of `step`; this
-    rank's own x is read from `mine` instead when it is not NULL (its private
-    buffer: one copy fewer).  Block by block, so that the running result
-    stays in L1 across the p - 1 folds and, when `dst2` is not NULL, is
-    copied there while still hot.  The same order on every rank and for
-    every slice: every rank gets bit-identical results."""
+    rank's half of `step` (message byte `at`); a rank's x is read from its
+    own buffer instead when it is read in place, and this rank's from `mine`
+    when that is not NULL (its private buffer: one copy fewer).  Block by
+    block, so that the running result stays in L1 across the p - 1 folds
+    and, when `dst2` is not NULL, is copied there while still hot.  The same
+    order on every rank and for every slice: every rank gets bit-identical
+    results."""
     cdef int q
     cdef size_t block = BLOCK_NBYTES // itemsize if BLOCK_NBYTES > itemsize else 1
     cdef size_t done = 0, n, off
@@ -330,17 +346,14 @@ cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
     while done < count:
         n = min_size(count - done, block)
         off = done * itemsize
-        a = (mine + off) if (st.rank == 0 and mine != NULL) \
-            else half_ptr(st, 0, step) + offset + off
+        a = source(st, 0, step, offset, at, mine) + off
         if nranks == 1:
             cxl_copy(dst + off, a, n * itemsize)
         else:
-            b = (mine + off) if (st.rank == 1 and mine != NULL) \
-                else half_ptr(st, 1, step) + offset + off
+            b = source(st, 1, step, offset, at, mine) + off
             fn(dst + off, a, b, n)
         for q in range(2, nranks):
-            b = (mine + off) if (st.rank == q and mine != NULL) \
-                else half_ptr(st, q, step) + offset + off
+            b = source(st, q, step, offset, at, mine) + off
             fn(dst + off, dst + off, b, n)
         if dst2 != NULL:
             cxl_copy(dst2 + off, dst + off, n * itemsize)
@@ -348,11 +361,13 @@ cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
 
 
 cdef void invalidate_all(state_t *st, size_t offset, size_t nbytes,
-                         uint64_t step) noexcept nogil:
+                         uint64_t step, size_t at) noexcept nogil:
     cdef int q
     if st.sw:
         for q in range(st.size):
-            if q != st.rank:
+            if st.res != NULL and st.res[q] != NULL:
+                cxl_flush(st.res[q] + at, nbytes, 1)
+            elif q != st.rank:
                 cxl_flush(half_ptr(st, q, step) + offset, nbytes, 1)
 
 
@@ -381,15 +396,17 @@ cdef int alg_reduce_small(state_t *st, const char *sendbuf, char *recvbuf,
     while done < count:
         n = min_size(count - done, per_step)
         mine = half_ptr(st, st.rank, st.step + 1)
-        copy_in(st, mine, sendbuf + done * itemsize, n * itemsize)
+        if st.res == NULL or st.res[st.rank] == NULL:
+            copy_in(st, mine, sendbuf + done * itemsize, n * itemsize)
         rc = step_all(st)
         if rc != OK:
             return rc
         if (root < 0 or root == st.rank) and nranks > 0:
             dst = recvbuf + done * itemsize
-            invalidate_all(st, 0, n * itemsize, st.step)
+            invalidate_all(st, 0, n * itemsize, st.step, done * itemsize)
             reduce_all(st, fn, dst, 0, n, itemsize, st.step, nranks,
-                       own_source(st, sendbuf + done * itemsize, dst), NULL)
+                       own_source(st, sendbuf + done * itemsize, dst), NULL,
+                       done * itemsize)
         done += n
     return OK
 
@@ -423,8 +440,9 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
             src = sendbuf + done * itemsize
             lo = n * st.rank // p
             hi = n * (st.rank + 1) // p
-            copy_in(st, mine, src, lo * itemsize)
-            copy_in(st, mine + hi * itemsize, src + hi * itemsize, (n - hi) * itemsize)
+            if st.res == NULL or st.res[st.rank] == NULL:
+                copy_in(st, mine, src, lo * itemsize)
+                copy_in(st, mine + hi * itemsize, src + hi * itemsize, (n - hi) * itemsize)
         rc = step_all(st)
         if rc != OK:
             return rc
@@ -444,11 +462,12 @@ cdef int alg_reduce_rsag(state_t *st, const char *sendbuf, char *recvbuf,
             lo = n * st.rank // p
             hi = n * (st.rank + 1) // p
             out = half_ptr(st, st.rank, st.step + 1) + out_offset
-            invalidate_all(st, lo * itemsize, (hi - lo) * itemsize, st.step)
+            invalidate_all(st, lo * itemsize, (hi - lo) * itemsize, st.step,
+                           (done + lo) * itemsize)
             reduce_all(st, fn, out, lo * itemsize, hi - lo, itemsize, st.step, p,
                        sendbuf + (done + lo) * itemsize,
                        recvbuf + (done + lo) * itemsize
-                       if (root < 0 or root == st.rank) else NULL)
+                       if (root < 0 or root == st.rank) else NULL, (done + lo) * itemsize)
             wrote(st, out, (hi - lo) * itemsize)
         prev_n = n
         prev_done = done
@@ -505,12 +524,12 @@ cdef inline uint64_t *value3_ptr(state_t *st, int q, uint64_t step) noexcept nog
 
 
 cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
-                         uint64_t *sends, uint64_t *recvs) noexcept nogil:
+                         uint64_t *sends, uint64_t *recvs, bint *same) noexcept nogil:
     """Header step: every rank's (send offset + 1, recv offset + 1), and in
-    a third word its message size; a size that differs from this rank's
-    clears every recv offset here, so that nobody writes into a receive
-    buffer smaller than what it would write (an erroneous program stays
-    on the copying path instead)."""
+    a third word its message size (`recvs[0]` on entry); `same`: whether all
+    sizes are equal.  A size that differs clears every recv offset here, so
+    that nobody writes into a receive buffer smaller than what it would
+    write (an erroneous program stays on the copying path instead)."""
     cdef int q, rc
     cdef uint64_t nbytes = recvs[0]
     value_ptr(st, st.rank, st.step + 1)[0] = send1
@@ -519,15 +538,15 @@ cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
     rc = step_all(st)
     if rc != OK:
         return rc
-    cdef bint same = True
+    same[0] = True
     for q in range(st.size):
         if st.sw and q != st.rank:
             cxl_flush(seq_ptr(st, q), CTRL_NBYTES, 1)
         sends[q] = value_ptr(st, q, st.step)[0]
         recvs[q] = value2_ptr(st, q, st.step)[0]
         if value3_ptr(st, q, st.step)[0] != nbytes:
-            same = False
-    if not same:
+            same[0] = False
+    if not same[0]:
         for q in range(st.size):
             recvs[q] = 0
     return OK
@@ -1045,6 +1064,7 @@ cdef class Pool:
         self.st.sw = 0
         self.st.spin = 1
         self.st.timeout_s = 0
+        self.st.res = NULL
         self.chunk_nbytes = h.half_nbytes
         self.rsag_min_nbytes = 0
         self.rsag_min_ranks = 3
@@ -1233,14 +1253,14 @@ cdef class Pool:
         cdef int rc = OK
         cdef uint64_t sends[MAX_ZC_RANKS]
         cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(nbytes)
+        cdef bint zc = self._zerocopy(nbytes), same = True
         cdef uint64_t mine = 0
         if zc and self.st.rank == root:
             mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         with nogil:
             if zc:
                 recvs[0] = nbytes
-                rc = publish_offsets(&self.st, mine, 0, sends, recvs)
+                rc = publish_offsets(&self.st, mine, 0, sends, recvs, &same)
                 zc = rc == OK and all_fit(sends + root, 1, nbytes, self.nbytes)
             if rc == OK and zc:
                 rc = alg_bcast_zc(&self.st, <char *>address, nbytes, root, sends[root])
@@ -1267,8 +1287,10 @@ cdef class Pool:
         cdef size_t nbytes = count * itemsize
         cdef uint64_t sends[MAX_ZC_RANKS]
         cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(nbytes), all_recv = False
+        cdef bint zc = self._zerocopy(nbytes), all_recv = False, same = True
+        cdef bint any_res = False
         cdef uint64_t send1 = 0, recv1 = 0
+        cdef const char *res[MAX_ZC_RANKS]
         if zc:
             send1 = resident(&self.st, <const char *>sendaddr, nbytes, self.nbytes)
             if root < 0 or root == self.st.rank:
@@ -1276,25 +1298,41 @@ cdef class Pool:
         with nogil:
             if zc:
                 recvs[0] = nbytes
-                rc = publish_offsets(&self.st, send1, recv1, sends, recvs)
-                zc = rc == OK and all_fit(sends, self.st.size, nbytes, self.nbytes)
+                rc = publish_offsets(&self.st, send1, recv1, sends, recvs, &same)
+                zc = rc == OK and same and all_fit(sends, self.st.size, nbytes, self.nbytes)
                 if zc:
                     all_recv = all_fit(recvs, self.st.size, nbytes, self.nbytes) \
                         if root < 0 else all_fit(recvs + root, 1, nbytes, self.nbytes)
                     for q in range(self.st.size):  # no rank folds over its own input
                         if not all_recv and recvs[q] == sends[q]:
                             zc = False
+                if rc == OK and not zc and same:
+                    # Some send buffers in the pool: those ranks skip copying
+                    # in and are read in place (never one whose result
+                    # overwrites its input: in place).
+                    for q in range(self.st.size):
+                        res[q] = NULL
+                        if all_fit(sends + q, 1, nbytes, self.nbytes) \
+                                and sends[q] != recvs[q]:
+                            res[q] = self.st.base + sends[q] - 1
+                            any_res = True
             if rc != OK:
                 pass
             elif zc:
                 rc = alg_reduce_zc(&self.st, sends, recvs, <char *>recvaddr, count,
                                    itemsize, fn, root, all_recv)
-            elif rsag:
-                rc = alg_reduce_rsag(&self.st, <const char *>sendaddr, <char *>recvaddr,
-                                     count, itemsize, fn, root, chunk)
             else:
-                rc = alg_reduce_small(&self.st, <const char *>sendaddr, <char *>recvaddr,
-                                      count, itemsize, fn, root, self.st.size, chunk)
+                self.st.res = res if any_res else NULL
+                if rsag:
+                    rc = alg_reduce_rsag(&self.st, <const char *>sendaddr,
+                                         <char *>recvaddr, count, itemsize, fn, root, chunk)
+                else:
+                    rc = alg_reduce_small(&self.st, <const char *>sendaddr,
+                                          <char *>recvaddr, count, itemsize, fn, root,
+                                          self.st.size, chunk)
+                self.st.res = NULL
+                if rc == OK and any_res:
+                    rc = step_all(&self.st)  # completion: peers are done reading
         if rc != OK:
             self._raise(rc, "Allreduce" if root < 0 else "Reduce")
 
@@ -1339,7 +1377,7 @@ cdef class Pool:
         cdef int rc = OK
         cdef uint64_t sends[MAX_ZC_RANKS]
         cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(max_nbytes * self.st.size)
+        cdef bint zc = self._zerocopy(max_nbytes * self.st.size), same = True
         cdef uint64_t mine = 0
         if zc:
             mine = resident(&self.st, <const char *>sendaddr, send_nbytes, self.nbytes)
@@ -1348,7 +1386,7 @@ cdef class Pool:
         with nogil:
             if zc:
                 recvs[0] = send_nbytes
-                rc = publish_offsets(&self.st, mine, 0, sends, recvs)
+                rc = publish_offsets(&self.st, mine, 0, sends, recvs, &same)
                 zc = rc == OK and all_fit(sends, self.st.size, 0, self.nbytes)
             if rc == OK and zc:
                 rc = alg_gather_zc(&self.st, <const char *>sendaddr, send_nbytes,
