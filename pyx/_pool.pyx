@@ -635,28 +635,6 @@ cdef int alg_bcast_zc(state_t *st, char *buf, size_t nbytes, int root,
     return step_all(st)
 
 
-cdef int alg_gather_zc(state_t *st, const char *sendbuf, size_t send_nbytes,
-                       char **recv_addr, const size_t *recv_nbytes, int root,
-                       const uint64_t *sends, size_t mapped) noexcept nogil:
-    """Every send buffer is in the pool: readers copy each block straight
-    from its owner's buffer (never past the end of the pool)."""
-    cdef int q
-    cdef size_t n
-    cdef const char *src
-    if root < 0 or root == st.rank:
-        for q in range(st.size):
-            if q == st.rank:
-                src = sendbuf
-                n = min_size(recv_nbytes[q], send_nbytes)
-            else:
-                src = st.base + sends[q] - 1
-                n = min_size(recv_nbytes[q], mapped - (sends[q] - 1))
-            if recv_addr[q] != src and n:
-                will_read(st, src, n)
-                cxl_copy(recv_addr[q], src, n)
-    return step_all(st)
-
-
 cdef bint all_fit(const uint64_t *v, int n, size_t nbytes, size_t mapped) noexcept nogil:
     """Every value is an offset + 1 with `nbytes` after it inside the pool."""
     cdef int q
@@ -735,31 +713,84 @@ cdef int alg_exchange(state_t *st, const char **send_addr, const size_t *send_nb
 
 
 cdef int publish_block_offsets(state_t *st, const char **send_addr,
-                               const size_t *send_nbytes, size_t mapped,
-                               bint *all_resident) noexcept nogil:
-    """Header step of the personalized collectives: every rank writes, in
-    its half, where its block for each rank lives (offset + 1, or 0:
-    private; an empty block counts as in the pool).  Every rank reads the
-    whole table, so all decide alike whether every block can be read in
-    place."""
+                               const size_t *send_nbytes, char **recv_addr,
+                               const size_t *recv_nbytes, size_t mapped,
+                               bint *pull, bint *push) noexcept nogil:
+    """Header step of the personalized collectives.  Every rank writes, in
+    its half, three tables of p words: where its block for each rank lives
+    (offset + 1, or 0: private), where the block from each rank goes in its
+    receive buffer, and that block's size (an empty block counts as in the
+    pool).  Every rank reads every table, so all decide alike: `pull` when
+    every send block is in the pool (readers copy from the owners), else
+    `push` when every receive block is (writers copy into the receivers).
+    In place (a block both sent and received) neither: one rank's reading
+    would race another's writing."""
     cdef uint64_t *mine = <uint64_t *>half_ptr(st, st.rank, st.step + 1)
     cdef const uint64_t *theirs
-    cdef int q, d, rc
-    for d in range(st.size):
+    cdef int q, d, rc, p = st.size
+    cdef bint inplace = False
+    for d in range(p):
+        if d != st.rank and send_nbytes[d] and <const char *>recv_addr[d] == send_addr[d]:
+            inplace = True
+    for d in range(p):
         mine[d] = 1 if send_nbytes[d] == 0 else \
             resident(st, send_addr[d], send_nbytes[d], mapped)
-    wrote(st, mine, st.size * 8)
+        mine[p + d] = 1 if recv_nbytes[d] == 0 else \
+            resident(st, recv_addr[d], recv_nbytes[d], mapped)
+        mine[2 * p + d] = recv_nbytes[d]
+        if inplace:
+            mine[d] = 0
+            mine[p + d] = 0
+    wrote(st, mine, 3 * p * 8)
     rc = step_all(st)
     if rc != OK:
         return rc
-    all_resident[0] = True
-    for q in range(st.size):
+    pull[0] = True
+    push[0] = True
+    for q in range(p):
         theirs = <const uint64_t *>half_ptr(st, q, st.step)
-        will_read(st, theirs, st.size * 8)
-        for d in range(st.size):
+        will_read(st, theirs, 3 * p * 8)
+        for d in range(p):
             if theirs[d] == 0:
-                all_resident[0] = False
+                pull[0] = False
+            if theirs[p + d] == 0:
+                push[0] = False
     return OK
+
+
+cdef int alg_exchange_push(state_t *st, const char **send_addr, const size_t *send_nbytes,
+                           char **recv_addr, const size_t *recv_nbytes,
+                           size_t mapped) noexcept nogil:
+    """Every receive block is in the pool: each rank copies its block for
+    each rank straight into that rank's receive buffer (never more than the
+    receiver said it takes), then one completion step; in sw mode each rank
+    then drops stale lines of its receive buffer."""
+    cdef int d, q, p = st.size, me = st.rank
+    cdef const uint64_t *table
+    cdef uint64_t at
+    cdef size_t n
+    cdef char *dst
+    for d in range(p):
+        if d == me:
+            n = min_size(send_nbytes[me], recv_nbytes[me])
+            if n and <const char *>recv_addr[me] != send_addr[me]:
+                cxl_copy(recv_addr[me], send_addr[me], n)
+            continue
+        table = <const uint64_t *>half_ptr(st, d, st.step)
+        n = min_size(send_nbytes[d], table[2 * p + me])
+        if n == 0:
+            continue
+        at = table[p + me] - 1
+        n = min_size(n, mapped - at)
+        dst = st.base + at
+        cxl_copy(dst, send_addr[d], n)
+        wrote(st, dst, n)
+    rc = step_all(st)
+    if rc == OK and st.sw:
+        for q in range(p):
+            if q != me:
+                will_read(st, recv_addr[q], recv_nbytes[q])
+    return rc
 
 
 cdef int alg_exchange_zc(state_t *st, const char **send_addr, const size_t *send_nbytes,
@@ -1343,6 +1374,11 @@ cdef class Pool:
         return (self.st.arena_offset < self.nbytes and nbytes >= self.zerocopy_min_nbytes
                 and self.st.size <= MAX_ZC_RANKS)
 
+    cdef bint _zerocopy_tables(self, size_t nbytes):
+        """`_zerocopy`, and room in a half for the three tables of p words
+        the personalized collectives publish."""
+        return self._zerocopy(nbytes) and <size_t>self.st.size * 24 <= self.st.half_nbytes
+
     def _sub(self, size_t itemsize):
         """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
         cdef size_t sub = self.st.half_nbytes // self.st.size
@@ -1374,23 +1410,23 @@ cdef class Pool:
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t chunk = self._chunk(1, False)
         cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
-        cdef int rc = OK
-        cdef uint64_t sends[MAX_ZC_RANKS]
-        cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(max_nbytes * self.st.size), same = True
-        cdef uint64_t mine = 0
-        if zc:
-            mine = resident(&self.st, <const char *>sendaddr, send_nbytes, self.nbytes)
-            if mine == 0 and send_nbytes == 0:
-                mine = 1  # nothing to read: as good as resident
+        cdef int rc = OK, p = self.st.size
+        cdef bint zc = self._zerocopy_tables(max_nbytes * p)
+        cdef bint pull = False, push = False, reader = root < 0 or root == self.st.rank
+        # As a personalized exchange: the same block for every rank; off the
+        # root of a Gather nothing is received.
+        cdef _Arrays send = _Arrays([sendaddr] * p, [send_nbytes] * p) if zc else None
+        cdef _Arrays into = recv if reader or not zc else _Arrays([0] * p, [0] * p)
         with nogil:
             if zc:
-                recvs[0] = send_nbytes
-                rc = publish_offsets(&self.st, mine, 0, sends, recvs, &same)
-                zc = rc == OK and all_fit(sends, self.st.size, 0, self.nbytes)
-            if rc == OK and zc:
-                rc = alg_gather_zc(&self.st, <const char *>sendaddr, send_nbytes,
-                                   recv.addr, recv.nbytes, root, sends, self.nbytes)
+                rc = publish_block_offsets(&self.st, <const char **>send.addr, send.nbytes,
+                                           into.addr, into.nbytes, self.nbytes, &pull, &push)
+            if rc == OK and zc and pull:
+                rc = alg_exchange_zc(&self.st, <const char **>send.addr, send.nbytes,
+                                     into.addr, into.nbytes, self.nbytes)
+            elif rc == OK and zc and push:
+                rc = alg_exchange_push(&self.st, <const char **>send.addr, send.nbytes,
+                                       into.addr, into.nbytes, self.nbytes)
             elif rc == OK:
                 rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
                                 recv.addr, recv.nbytes, root, nsteps, chunk)
@@ -1408,16 +1444,18 @@ cdef class Pool:
         cdef size_t sub = self._sub(1)
         cdef size_t nsteps = (max_nbytes + sub - 1) // sub
         cdef int rc = OK
-        cdef bint zc = self._zerocopy(max_nbytes * self.st.size) \
-            and <size_t>self.st.size * 8 <= self.st.half_nbytes
-        cdef bint all_resident = False
+        cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size)
+        cdef bint pull = False, push = False
         with nogil:
             if zc:
                 rc = publish_block_offsets(&self.st, <const char **>send.addr, send.nbytes,
-                                           self.nbytes, &all_resident)
-            if rc == OK and zc and all_resident:
+                                           recv.addr, recv.nbytes, self.nbytes, &pull, &push)
+            if rc == OK and zc and pull:
                 rc = alg_exchange_zc(&self.st, <const char **>send.addr, send.nbytes,
                                      recv.addr, recv.nbytes, self.nbytes)
+            elif rc == OK and zc and push:
+                rc = alg_exchange_push(&self.st, <const char **>send.addr, send.nbytes,
+                                       recv.addr, recv.nbytes, self.nbytes)
             elif rc == OK:
                 rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
                                   recv.addr, recv.nbytes, nsteps, sub)
@@ -1442,15 +1480,17 @@ cdef class Pool:
         cdef int rc = OK
         # In place the result overwrites the start of the send buffer, which
         # rank 0 may still be reading: the copying path then.
-        cdef bint zc = self._zerocopy(total) and not inplace \
-            and <size_t>self.st.size * 8 <= self.st.half_nbytes
-        cdef bint all_resident = False
+        cdef bint zc = self._zerocopy_tables(total) and not inplace
+        cdef bint all_resident = False, push = False
         cdef _Arrays blocks = _Arrays(send_addrs, [c * itemsize for c in counts]) \
+            if zc else None
+        cdef _Arrays nothing = _Arrays([0] * self.st.size, [0] * self.st.size) \
             if zc else None
         with nogil:
             if zc:
                 rc = publish_block_offsets(&self.st, <const char **>blocks.addr,
-                                           blocks.nbytes, self.nbytes, &all_resident)
+                                           blocks.nbytes, nothing.addr, nothing.nbytes,
+                                           self.nbytes, &all_resident, &push)
             if rc == OK and zc and all_resident:
                 rc = alg_reduce_scatter_zc(&self.st, fn, <char *>recvaddr,
                                            send.nbytes[self.st.rank], itemsize, self.nbytes)

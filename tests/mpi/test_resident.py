@@ -118,6 +118,12 @@ def test_personalized_collectives_anywhere(comm, send_place, recv_place):
                 PLAIN.Alltoallv([data, *vector, MPI.INT64_T], [want, *vector, MPI.INT64_T])
             if not np.array_equal(got, want):
                 bad.append(f"{name} n={n}")
+        inplace = buffer(comm, data, recv_place)
+        comm.Alltoall(MPI.IN_PLACE, inplace)
+        want = np.zeros(n * SIZE, np.int64)
+        PLAIN.Alltoall(data, want)
+        if not np.array_equal(inplace, want):
+            bad.append(f"Alltoall in place n={n}")
         for root in range(SIZE):
             got = buffer(comm, np.zeros(n, np.int64), recv_place)
             want = np.zeros(n, np.int64)
