@@ -621,6 +621,27 @@ cdef int alg_reduce_zc(state_t *st, const uint64_t *sends, const uint64_t *recvs
     return rc
 
 
+cdef int alg_bcast_push(state_t *st, char *buf, size_t nbytes, int root,
+                        const uint64_t *recvs) noexcept nogil:
+    """Every receiver's buffer is in the pool: the root copies straight into
+    each of them, then one completion step (receivers in sw mode then drop
+    stale lines of their buffer)."""
+    cdef int q
+    cdef char *dst
+    cdef int rc
+    if st.rank == root:
+        for q in range(st.size):
+            if q != root:
+                dst = st.base + recvs[q] - 1
+                if dst != buf:
+                    cxl_copy(dst, buf, nbytes)
+                    wrote(st, dst, nbytes)
+    rc = step_all(st)
+    if rc == OK and st.rank != root:
+        will_read(st, buf, nbytes)
+    return rc
+
+
 cdef int alg_bcast_zc(state_t *st, char *buf, size_t nbytes, int root,
                       uint64_t root1) noexcept nogil:
     """The root's buffer is in the pool: every other rank copies straight
@@ -1284,17 +1305,29 @@ cdef class Pool:
         cdef int rc = OK
         cdef uint64_t sends[MAX_ZC_RANKS]
         cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(nbytes), same = True
-        cdef uint64_t mine = 0
+        cdef bint zc = self._zerocopy(nbytes), same = True, push = False
+        cdef uint64_t mine = 0, theirs = 0
+        cdef int q
         if zc and self.st.rank == root:
             mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+        elif zc:
+            theirs = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         with nogil:
             if zc:
                 recvs[0] = nbytes
-                rc = publish_offsets(&self.st, mine, 0, sends, recvs, &same)
+                rc = publish_offsets(&self.st, mine, theirs, sends, recvs, &same)
                 zc = rc == OK and all_fit(sends + root, 1, nbytes, self.nbytes)
+                if rc == OK and not zc and same:
+                    # every receiver's buffer in the pool: the root writes
+                    # straight into them (one copy each instead of two)
+                    push = True
+                    for q in range(self.st.size):
+                        if q != root and not all_fit(recvs + q, 1, nbytes, self.nbytes):
+                            push = False
             if rc == OK and zc:
                 rc = alg_bcast_zc(&self.st, <char *>address, nbytes, root, sends[root])
+            elif rc == OK and push:
+                rc = alg_bcast_push(&self.st, <char *>address, nbytes, root, recvs)
             elif rc == OK:
                 rc = alg_bcast(&self.st, <char *>address, nbytes, root, chunk)
         if rc != OK:
