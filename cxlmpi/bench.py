@@ -608,7 +608,7 @@ class Progress:
 # ------------------------------------------------------------ command line
 
 
-class _Parser(argparse.ArgumentParser):
+class RankZeroParser(argparse.ArgumentParser):
     """Prints usage and errors from rank 0 only (every rank parses alike)."""
 
     def _print_message(self, message: str, file: Any = None) -> None:
@@ -642,7 +642,7 @@ calls (pool, or mpi: passed through).  Exit status: 0, 1 if a --validate check
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(
+    ap = RankZeroParser(
         prog="python -m cxlmpi.bench",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -735,6 +735,16 @@ def _say(rank: int, text: str) -> None:
         print(f"cxlmpi.bench: {text}", file=sys.stderr, flush=True)
 
 
+def check_counts(args: argparse.Namespace) -> None:
+    """ValueError unless --rounds, --iterations and --warmup make sense."""
+    if args.rounds < 1:
+        raise ValueError("--rounds must be at least 1")
+    if args.iterations is not None and args.iterations < 1:
+        raise ValueError("--iterations must be at least 1")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError("--warmup must be at least 0")
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Measure what `args` asks; the exit status (0, or 1 on a failed check)."""
     world = MPI.COMM_WORLD
@@ -742,12 +752,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         ops = _op_list(args.ops)
         sizes = size_list(args.sizes, args.min_size, args.max_size)
-        if args.rounds < 1:
-            raise ValueError("--rounds must be at least 1")
-        if args.iterations is not None and args.iterations < 1:
-            raise ValueError("--iterations must be at least 1")
-        if args.warmup is not None and args.warmup < 0:
-            raise ValueError("--warmup must be at least 0")
+        check_counts(args)
         if args.buffers != "pool" and any(op.name == "Bcast_view" for op in ops):
             raise ValueError("Bcast_view broadcasts a pool array by reference: "
                              "use --buffers pool")
@@ -819,16 +824,22 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m cxlmpi.bench``; returns the exit status:
     0, 1 (a --validate check or an output file failed), 2 (bad request)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    rank = MPI.COMM_WORLD.Get_rank()
+    return run_tool("cxlmpi.bench", run, build_parser().parse_args(argv), argv)
+
+
+def run_tool(prog: str, run: Callable[[argparse.Namespace, Sequence[str]], int],
+             args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run a measuring tool (bench, tune) on every rank: a BenchError (a bad
+    request, found alike everywhere before any collective) is reported by
+    rank 0 with exit status 2; any other failure may strike one rank only,
+    so it ends the whole job rather than leave the others waiting."""
     try:
         return run(args, argv)
-    except BenchError as exc:  # found alike on every rank, before any collective
-        _say(rank, str(exc))
+    except BenchError as exc:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(f"{prog}: {exc}", file=sys.stderr, flush=True)
         return 2
     except Exception:
-        # Any other failure may strike one rank only: end the whole job
-        # rather than leave the others waiting in a collective.
         traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)

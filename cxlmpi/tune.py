@@ -57,7 +57,6 @@ import math
 import os
 import sys
 import tempfile
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Optional
@@ -327,16 +326,8 @@ def write_tuning(path: str, table: dict[str, Window | None]) -> None:
 # ------------------------------------------------------------ command line
 
 
-class TuneError(Exception):
+class TuneError(bench.BenchError):
     """A problem with the request, found alike on every rank (exit status 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """Prints usage and errors from rank 0 only (every rank parses alike)."""
-
-    def _print_message(self, message: str, file: Any = None) -> None:
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            super()._print_message(message, file)
 
 
 EPILOG = f"""\
@@ -357,7 +348,7 @@ collective's window; collectives not measured keep their builtin window.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m cxlmpi.tune",
+    ap = bench.RankZeroParser(prog="python -m cxlmpi.tune",
                  description=__doc__.split("\n\n")[0] if __doc__ else None,
                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     ap.add_argument("--output", default=DEFAULT_OUTPUT, metavar="FILE",
@@ -411,14 +402,9 @@ def _check(args: argparse.Namespace) -> tuple[list[bench.Collective], list[int]]
     try:
         ops = _op_list(args.ops)
         sizes = bench.size_list(None, args.min_size, args.max_size)
+        bench.check_counts(args)
     except ValueError as exc:
         raise TuneError(str(exc)) from None
-    if args.rounds < 1:
-        raise TuneError("--rounds must be at least 1")
-    if args.iterations is not None and args.iterations < 1:
-        raise TuneError("--iterations must be at least 1")
-    if args.warmup is not None and args.warmup < 0:
-        raise TuneError("--warmup must be at least 0")
     if not (0 <= args.margin < 1):
         raise TuneError("--margin must be at least 0 and below 1")
     if MPI.COMM_WORLD.Get_size() < 2:
@@ -554,21 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m cxlmpi.tune``; returns the exit status:
     0, 1 (an output file could not be written or was refused), 2 (bad request)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    rank = MPI.COMM_WORLD.Get_rank()
-    try:
-        return run(args, argv)
-    except TuneError as exc:  # found alike on every rank, before any collective
-        if rank == 0:
-            _say(str(exc))
-        return 2
-    except Exception:
-        # Any other failure may strike one rank only: end the whole job
-        # rather than leave the others waiting in a collective.
-        traceback.print_exc()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
-        return 1
+    return bench.run_tool("cxlmpi.tune", run, build_parser().parse_args(argv), argv)
 
 
 if __name__ == "__main__":
