@@ -76,8 +76,7 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
             return None  # no two ranks share memory: MPI alone, no detour
         leader = local.Get_rank() == 0
         leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
-        return Hierarchy(comm.Get_rank(), groups, pool,
-                         leaders if leader else None, local.Get_rank())
+        return Hierarchy(comm.Get_rank(), groups, pool, leaders if leader else None)
     finally:
         local.Free()
 

@@ -59,14 +59,13 @@ class Hierarchy:
     """This rank's view of a communicator spanning several pool groups."""
 
     def __init__(self, rank: int, groups: list[list[int]], pool: Pool | None,
-                 leaders: MPI.Intracomm | None, local_rank: int) -> None:
+                 leaders: MPI.Intracomm | None) -> None:
         self.groups = groups
         self.where = {r: (g, i) for g, ranks in enumerate(groups) for i, r in enumerate(ranks)}
         self.group, _ = self.where[rank]
         self.rank = rank
         self.pool = pool              # None in a group of one rank
         self.leaders = leaders        # MPI among group leaders; None elsewhere
-        self.local_rank = local_rank
 
     # --------------------------------------------------- Pool's interface
     def close(self) -> None:
@@ -90,13 +89,13 @@ class Hierarchy:
         ranks = self.groups[self.group]
         return [ranks[q] for q in self.pool.missing_ranks()]
 
-    def _local(self, method: str, *args: object) -> None:
-        """A pool call in this rank's group; failures name ranks of the
-        whole communicator."""
+    def _local(self, method: str, *args: object) -> Any:
+        """A pool call in this rank's group (its result; None without a
+        pool); failures name ranks of the whole communicator."""
         if self.pool is None:
-            return
+            return None
         try:
-            getattr(self.pool, method)(*args)
+            return getattr(self.pool, method)(*args)
         except PoolFailure as exc:
             raise PoolFailure(-1 if exc.timed_out else -2,
                               self.groups[self.group][exc.rank], exc.what) from None
@@ -164,7 +163,7 @@ class Hierarchy:
         """The header step of Gatherv & co.: the maximum over all ranks, or
         0 when any rank published 0."""
         if self.pool is not None:
-            value = self._local_value(self.pool.agree, value)
+            value = self._local("agree", value)
         if self.leaders is not None:
             any_zero = self.leaders.allreduce(int(value == 0), MPI.MAX)
             value = 0 if any_zero else self.leaders.allreduce(value, MPI.MAX)
@@ -173,13 +172,6 @@ class Hierarchy:
             self._local("bcast", ctypes.addressof(out), 8, 0)
             value = out.value
         return value
-
-    def _local_value(self, method: Any, *args: object) -> Any:
-        try:
-            return method(*args)
-        except PoolFailure as exc:
-            raise PoolFailure(-1 if exc.timed_out else -2,
-                              self.groups[self.group][exc.rank], exc.what) from None
 
     def gather(self, sendaddr: int, send_nbytes: int, recv_addrs: list[int],
                recv_nbytes: list[int], root: int, max_nbytes: int, what: str) -> None:

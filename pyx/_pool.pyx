@@ -523,15 +523,14 @@ cdef inline uint64_t *value3_ptr(state_t *st, int q, uint64_t step) noexcept nog
     return seq_ptr(st, q) + 8 + (step & 1)
 
 
-cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
+cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1, uint64_t nbytes,
                          uint64_t *sends, uint64_t *recvs, bint *same) noexcept nogil:
     """Header step: every rank's (send offset + 1, recv offset + 1), and in
-    a third word its message size (`recvs[0]` on entry); `same`: whether all
-    sizes are equal.  A size that differs clears every recv offset here, so
+    a third word its message size `nbytes`; `same`: whether all sizes are
+    equal.  A size that differs clears every recv offset here, so
     that nobody writes into a receive buffer smaller than what it would
     write (an erroneous program stays on the copying path instead)."""
     cdef int q, rc
-    cdef uint64_t nbytes = recvs[0]
     value_ptr(st, st.rank, st.step + 1)[0] = send1
     value2_ptr(st, st.rank, st.step + 1)[0] = recv1
     value3_ptr(st, st.rank, st.step + 1)[0] = nbytes
@@ -836,6 +835,23 @@ cdef int alg_exchange_zc(state_t *st, const char **send_addr, const size_t *send
             will_read(st, src, n)
             cxl_copy(recv_addr[q], src, n)
     return step_all(st)
+
+
+cdef int exchange_in_place(state_t *st, const char **send_addr,
+                           const size_t *send_nbytes, char **recv_addr,
+                           const size_t *recv_nbytes, size_t mapped,
+                           bint *done) noexcept nogil:
+    """The header step of a personalized exchange, then pull or push when
+    the tables allow it (`done`); else the caller copies through the halves."""
+    cdef bint pull = False, push = False
+    cdef int rc = publish_block_offsets(st, send_addr, send_nbytes, recv_addr, recv_nbytes,
+                                        mapped, &pull, &push)
+    done[0] = rc == OK and (pull or push)
+    if rc != OK or not done[0]:
+        return rc
+    if pull:
+        return alg_exchange_zc(st, send_addr, send_nbytes, recv_addr, recv_nbytes, mapped)
+    return alg_exchange_push(st, send_addr, send_nbytes, recv_addr, recv_nbytes, mapped)
 
 
 cdef int alg_reduce_scatter_zc(state_t *st, cxl_reduce_fn fn, char *recvbuf,
@@ -1314,8 +1330,7 @@ cdef class Pool:
             theirs = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         with nogil:
             if zc:
-                recvs[0] = nbytes
-                rc = publish_offsets(&self.st, mine, theirs, sends, recvs, &same)
+                rc = publish_offsets(&self.st, mine, theirs, nbytes, sends, recvs, &same)
                 zc = rc == OK and all_fit(sends + root, 1, nbytes, self.nbytes)
                 if rc == OK and not zc and same:
                     # every receiver's buffer in the pool: the root writes
@@ -1361,8 +1376,7 @@ cdef class Pool:
                 recv1 = resident(&self.st, <const char *>recvaddr, nbytes, self.nbytes)
         with nogil:
             if zc:
-                recvs[0] = nbytes
-                rc = publish_offsets(&self.st, send1, recv1, sends, recvs, &same)
+                rc = publish_offsets(&self.st, send1, recv1, nbytes, sends, recvs, &same)
                 zc = rc == OK and same and all_fit(sends, self.st.size, nbytes, self.nbytes)
                 if zc:
                     all_recv = all_fit(recvs, self.st.size, nbytes, self.nbytes) \
@@ -1444,23 +1458,17 @@ cdef class Pool:
         cdef size_t chunk = self._chunk(1, False)
         cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
         cdef int rc = OK, p = self.st.size
-        cdef bint zc = self._zerocopy_tables(max_nbytes * p)
-        cdef bint pull = False, push = False, reader = root < 0 or root == self.st.rank
+        cdef bint zc = self._zerocopy_tables(max_nbytes * p), done = False
+        cdef bint reader = root < 0 or root == self.st.rank
         # As a personalized exchange: the same block for every rank; off the
         # root of a Gather nothing is received.
         cdef _Arrays send = _Arrays([sendaddr] * p, [send_nbytes] * p) if zc else None
         cdef _Arrays into = recv if reader or not zc else _Arrays([0] * p, [0] * p)
         with nogil:
             if zc:
-                rc = publish_block_offsets(&self.st, <const char **>send.addr, send.nbytes,
-                                           into.addr, into.nbytes, self.nbytes, &pull, &push)
-            if rc == OK and zc and pull:
-                rc = alg_exchange_zc(&self.st, <const char **>send.addr, send.nbytes,
-                                     into.addr, into.nbytes, self.nbytes)
-            elif rc == OK and zc and push:
-                rc = alg_exchange_push(&self.st, <const char **>send.addr, send.nbytes,
-                                       into.addr, into.nbytes, self.nbytes)
-            elif rc == OK:
+                rc = exchange_in_place(&self.st, <const char **>send.addr, send.nbytes,
+                                       into.addr, into.nbytes, self.nbytes, &done)
+            if rc == OK and not done:
                 rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
                                 recv.addr, recv.nbytes, root, nsteps, chunk)
         if rc != OK:
@@ -1477,19 +1485,12 @@ cdef class Pool:
         cdef size_t sub = self._sub(1)
         cdef size_t nsteps = (max_nbytes + sub - 1) // sub
         cdef int rc = OK
-        cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size)
-        cdef bint pull = False, push = False
+        cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size), done = False
         with nogil:
             if zc:
-                rc = publish_block_offsets(&self.st, <const char **>send.addr, send.nbytes,
-                                           recv.addr, recv.nbytes, self.nbytes, &pull, &push)
-            if rc == OK and zc and pull:
-                rc = alg_exchange_zc(&self.st, <const char **>send.addr, send.nbytes,
-                                     recv.addr, recv.nbytes, self.nbytes)
-            elif rc == OK and zc and push:
-                rc = alg_exchange_push(&self.st, <const char **>send.addr, send.nbytes,
-                                       recv.addr, recv.nbytes, self.nbytes)
-            elif rc == OK:
+                rc = exchange_in_place(&self.st, <const char **>send.addr, send.nbytes,
+                                       recv.addr, recv.nbytes, self.nbytes, &done)
+            if rc == OK and not done:
                 rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
                                   recv.addr, recv.nbytes, nsteps, sub)
         if rc != OK:
