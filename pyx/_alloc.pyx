@@ -112,8 +112,3 @@ def stats():
             "free_bytes": cxl_arena_free_bytes(&hook.arena),
             "live_arrays": hook.arena.live_blocks, "live_bytes": hook.arena.live_bytes,
             "pool_allocs": hook.pool_allocs}
-
-
-def owns(uintptr_t address):
-    """Whether `address` lies in the hook's region."""
-    return hook != NULL and bool(cxl_arena_owns(&hook.arena, <void *>address))
