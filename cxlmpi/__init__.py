@@ -16,6 +16,7 @@ from .entry import is_patched, patch, unpatch
 from .errors import (
     CXLMPIConfigError,
     CXLMPIError,
+    CXLMPIMismatchError,
     CXLMPIPeerError,
     CXLMPIPoolError,
     CXLMPITimeoutError,
@@ -71,6 +72,7 @@ __all__ = [
     "CXLMPITimeoutError",
     "CXLMPIPeerError",
     "CXLMPIPoolError",
+    "CXLMPIMismatchError",
     "install_stats_hook",
     "empty",
     "zeros",

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from . import _shim, config
-from ._pool import Pool, PoolFailure
-from .errors import CXLMPIError, CXLMPIPeerError, CXLMPITimeoutError
+from . import _shim, config, progress
+from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
+from .errors import CXLMPIError, CXLMPIMismatchError, CXLMPIPeerError, CXLMPITimeoutError
 from .group import create_pool
 from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
 from .hierarchy import Hierarchy
@@ -31,10 +31,12 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only")
+    __slots__ = ("pool", "error", "only", "probe")
 
-    def __init__(self, pool: Pool | Hierarchy | None) -> None:
+    def __init__(self, pool: Pool | Hierarchy | None,
+                 probe: MPI.Intracomm | None = None) -> None:
         self.pool = pool
+        self.probe = probe  # what the pool's waits probe for MPI progress
         self.error: CXLMPIError | None = None
         self.only: tuple[bool, ...] | None = None
         if isinstance(pool, Hierarchy):
@@ -45,6 +47,14 @@ class _State:
             self.pool.close()
             self.pool = None
 
+    def free(self) -> None:
+        """Close, and free the progress communicator (collective: the
+        communicator itself is being freed on every rank)."""
+        self.close()
+        probe, self.probe = self.probe, None
+        if probe is not None and not MPI.Is_finalized():
+            probe.Free()
+
 
 # handle -> state (the dict the compiled hot path reads); an MPI attribute on
 # the communicator removes the entry when MPI frees it, whoever frees it.
@@ -52,7 +62,7 @@ _states: dict[int, _State] = _shim.states
 
 
 def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
-    state.close()
+    state.free()
     if _states.get(comm.handle) is state:
         del _states[comm.handle]
 
@@ -75,15 +85,57 @@ def _state_for(comm: MPI.Intracomm) -> _State:
     """Collective: set up the pool state of `comm` on its first pool call.
     The set-up talks through a plain Intracomm on the same handle: its
     lower-case (object) collectives must not come back here."""
-    state = _State(create_pool(MPI.Intracomm(comm)))
+    plain = MPI.Intracomm(comm)
+    pool = create_pool(plain)
+    state = _State(pool, progress.attach(pool, plain) if config.get().progress else None)
     _states[comm.handle] = state
     comm.Set_attr(_KEYVAL, state)
     return state
 
 
+def _describe(call: tuple) -> str:
+    what, root, op, tcode, nbytes = call
+    words = [what]
+    if what not in ("Barrier",) and not what.endswith(" header"):
+        words.append(f"of {nbytes} bytes")
+    if root >= 0:
+        words.append(f"root {root}")
+    if op >= 0:
+        words.append(f"op {_OP_NAMES.get(op, op)}")
+    if tcode >= 0:
+        words.append(f"type {_TYPE_NAMES.get(tcode, tcode)}")
+    return " ".join(w for w in words if w)
+
+
+def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
+    """The error of a call whose ranks disagree (every rank raises it; the
+    pool stays usable: every rank stopped at the same step)."""
+    name = comm.Get_name() or f"communicator {comm.handle:#x}"
+    head = (f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
+            f"{comm.Get_size()}): the ranks' calls do not match: ")
+    if exc.rank < 0:
+        return CXLMPIMismatchError(
+            head + "a rank sends a block of a size its receiver does not expect "
+            "(the counts of the ranks must agree, as MPI requires)")
+    calls = state.pool.signatures() if state.pool is not None else []
+    if not calls:
+        return CXLMPIMismatchError(head + "a rank passed the call to MPI")
+    seen: dict[tuple, list[int]] = {}
+    for q, call in enumerate(calls):
+        seen.setdefault(call, []).append(q)
+    parts = [f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {_describe(c)}"
+             for c, qs in seen.items()]
+    return CXLMPIMismatchError(
+        head + "; ".join(parts) + " (sizes, roots, ops and types must agree on every rank, "
+        "as MPI requires)")
+
+
 def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
-    """Turn an algorithm failure into the exception the user sees; the pool
-    of this communicator is unusable afterwards (ranks are out of step)."""
+    """Turn an algorithm failure into the exception the user sees; after a
+    timeout or a dead peer the pool of this communicator is unusable (ranks
+    are out of step)."""
+    if exc.mismatch:
+        return _mismatch(comm, state, exc)
     pool = state.pool
     missing = pool.missing_ranks() if pool is not None else [exc.rank]
     name = comm.Get_name() or f"communicator {comm.handle:#x}"
@@ -103,6 +155,9 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
 
 
 _shim.bind(_state_for, _fail)
+
+_OP_NAMES = {code: name for name, code in OP_CODES.items()}
+_TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}
 
 
 def pool_for(comm: MPI.Intracomm) -> Pool | None:
@@ -135,7 +190,7 @@ def arena_pool(comm: MPI.Intracomm | None) -> Pool | None:
 def run_pool(comm: MPI.Intracomm, pool: Pool, method: str, *args: Any) -> Any:
     """Call `pool.<method>(*args)`, turning an algorithm failure into the
     CXLMPIError the user sees (timeout, dead peer)."""
-    return _shim.run(comm, getattr(pool, method), *args)
+    return _shim.run_pool(comm, getattr(pool, method), *args)
 
 
 class CXLComm(_shim.CommBase):

@@ -132,6 +132,11 @@ VARIABLES: tuple[Variable, ...] = (
              "Make NumPy place arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and "
              "more in COMM_WORLD's pool (NEP 49 allocation hook), so that "
              "unmodified programs get the zero-copy paths."),
+    Variable("CXLMPI_PROGRESS", _parse_bool, "1",
+             "While a rank waits in the pool it calls MPI progress now and "
+             "then, so that a peer waiting on it in MPI (RMA, a large send, a "
+             "nonblocking collective) is served; 0 turns that off (only to "
+             "measure its cost: a program can then hang)."),
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit."),
     Variable("CXLMPI_DISABLE", _parse_bool, "0",
@@ -155,6 +160,7 @@ class Config:
     coherence: str
     objects: bool
     alloc: bool
+    progress: bool
     stats: bool
     disable: bool
 

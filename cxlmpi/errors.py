@@ -8,6 +8,7 @@ __all__ = [
     "CXLMPITimeoutError",
     "CXLMPIPeerError",
     "CXLMPIPoolError",
+    "CXLMPIMismatchError",
 ]
 
 
@@ -29,3 +30,9 @@ class CXLMPIPeerError(CXLMPIError, ConnectionError):
 
 class CXLMPIPoolError(CXLMPIError, OSError):
     """The pool could not be created, opened or mapped."""
+
+
+class CXLMPIMismatchError(CXLMPIError, ValueError):
+    """The ranks' calls of one collective do not match (message sizes,
+    roots, ops, types or counts differ), which MPI forbids: raised on every
+    rank of the pool, which stays usable."""

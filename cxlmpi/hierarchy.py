@@ -97,8 +97,20 @@ class Hierarchy:
         try:
             return getattr(self.pool, method)(*args)
         except PoolFailure as exc:
-            raise PoolFailure(-1 if exc.timed_out else -2,
-                              self.groups[self.group][exc.rank], exc.what) from None
+            # A peer that sent the call to MPI cannot be followed half way
+            # through a hierarchical collective: a mismatch here.
+            code = PoolFailure(-3, -1, "").code if exc.passed else exc.code
+            rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
+            raise PoolFailure(code, rank, exc.what) from None
+
+    def note_pass(self) -> None:
+        """This rank sends its current call to MPI (see Pool.note_pass)."""
+        if self.pool is not None:
+            self.pool.note_pass()
+
+    def signatures(self) -> list[tuple]:
+        """The group's signatures of its last call (see Pool.signatures)."""
+        return self.pool.signatures() if self.pool is not None else []
 
     def barrier(self) -> None:
         self._local("barrier")

@@ -14,8 +14,13 @@ process may map it at a different address)::
                             (its byte count in a header step), by parity
                         +32 host  r's host (pids are per host)
                         +40 attached  1 while r has the pool mapped
-                        +48 value2[2], +64 value3[2]  more numbers of a
-                            header step (buffer offsets, message size)
+                        +48 value2[2]  more numbers of a header step
+                            (buffer offsets)
+                        +64 sig[3][2]  the call r makes, by parity of
+                            the call's first step: what, its number,
+                            root/op/type; bytes; and a sum over the
+                            blocks it sends and receives (see wait_all)
+                        +112 passed  r's last call that went to MPI
     slot_offset       data slots: rank r owns two halves of half_nbytes each,
                       at slot_offset + (2*r + h) * half_nbytes
 
@@ -31,7 +36,7 @@ This module knows nothing of MPI: creating and attaching a segment needs only
 its name, which the caller distributes.
 """
 
-from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t
+from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t, intptr_t
 from libc.stdlib cimport malloc, free
 from libc.errno cimport errno
 from posix.unistd cimport getpid, close, ftruncate, getuid
@@ -45,6 +50,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT
 
 import os
 import secrets
+import zlib
 
 cdef extern from "<sys/syscall.h>" nogil:
     long SYS_mbind
@@ -67,6 +73,15 @@ cdef extern from "cxl_kernels.h" nogil:
     double cxl_now_s()
     int cxl_pid_gone(int64_t pid)
     cxl_reduce_fn cxl_reducer(int op, int type)
+    ctypedef struct cxl_progress:
+        void *iprobe
+        intptr_t comm
+        int any_source
+        int any_tag
+        int comm_is_int
+        uint64_t calls
+    void cxl_progress_poke(cxl_progress *p)
+    int cxl_progress_due(uint64_t polls, uint64_t spin_polls)
     uint64_t cxl_flushed_lines
     int cxl_flush_available()
     int cxl_has_clflushopt()
@@ -81,11 +96,15 @@ DEF CTRL_NBYTES = 128
 DEF PAGE_NBYTES = 4096
 DEF HOST_WORD = 4      # control-line word: the host's identity (cxlmpi.backends)
 DEF ATTACHED_WORD = 5  # control-line word: 1 while the rank has the pool mapped
+DEF SIG_WORD = 8       # control-line words 8..13: the call's signature, by parity
+DEF PASSED_WORD = 14   # control-line word: the last call this rank sent to MPI
 
 # Status codes returned by the nogil algorithms.
 DEF OK = 0
 DEF ERR_TIMEOUT = -1
 DEF ERR_PEER_GONE = -2
+DEF ERR_MISMATCH = -3  # the ranks' calls differ (size, root, op, type, counts)
+DEF ERR_PASSED = -4    # a peer sent this call to MPI: every rank must
 
 # Type codes and op codes: the same numbering as cxl_kernels.h.
 TYPE_CODES = {
@@ -127,6 +146,10 @@ ctypedef struct state_t:
     # per rank: its send buffer when read in place, or NULL (published
     # through its half); the array itself NULL: every rank publishes
     const char **res
+    cxl_progress progress  # how a waiter keeps MPI progressing (set_progress)
+    uint64_t ops           # calls of this rank: pool calls and passed ones
+    uint64_t sig[3]        # this call's signature (see wait_all)
+    int sig_pending        # the next step is this call's first
 
 
 def reducer_defined(int op, int tcode):
@@ -218,12 +241,80 @@ cdef inline char *half_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
 
 
 cdef inline void publish(state_t *st) noexcept nogil:
-    """Make this rank's writes of the next step visible, then announce it."""
+    """Make this rank's writes of the next step visible, then announce it
+    (with the call's signature when the step is the call's first).  In sw
+    mode the line's second half (the signature) is written back before the
+    sequence number is stored, the first half (seq, values) after."""
     cdef uint64_t *line = seq_ptr(st, st.rank)
+    cdef int k
     st.step += 1
+    if st.sig_pending:
+        for k in range(3):
+            line[SIG_WORD + 2 * k + (st.step & 1)] = st.sig[k]
+        if st.sw:
+            cxl_flush(line + 8, CTRL_NBYTES // 2, 0)
     cxl_store_release(line, st.step)
     if st.sw:
-        cxl_flush(line, 8, 0)
+        cxl_flush(line, CTRL_NBYTES // 2, 0)
+
+
+cdef inline uint64_t sig_word(const uint64_t *line, int k, uint64_t step) noexcept nogil:
+    return line[SIG_WORD + 2 * k + (step & 1)]
+
+
+cdef int passed_on(state_t *st, uint64_t *line, bint ahead) noexcept nogil:
+    """At this call's first step: has peer `line` sent this call to MPI?
+    Calls are numbered alike on every rank (pool calls and passed ones).
+    A peer that has not published this step yet (`ahead` false) passed it
+    when its last passed call is this one or later (it made no pool step
+    since).  One that has (`ahead`) passed it when that step belongs to a
+    later call of its own (it went on after an MPI call that completed
+    without this rank, an eager send): the signature carries the call's
+    number (its low 16 bits: a peer cannot run that far ahead).  Then this
+    rank takes its step back, marks the call passed too, and goes to MPI as
+    well."""
+    if st.sw:
+        cxl_flush(line + 8, CTRL_NBYTES // 2, 1)
+    if ahead:
+        if (sig_word(line, 0, st.step) >> 32) & 0xFFFF == st.ops & 0xFFFF:
+            return 0
+    elif cxl_load_acquire(line + PASSED_WORD) < st.ops:
+        return 0
+    cdef uint64_t *mine = seq_ptr(st, st.rank)
+    st.step -= 1
+    mine[PASSED_WORD] = st.ops
+    if st.sw:
+        cxl_flush(mine + 8, CTRL_NBYTES // 2, 0)
+    cxl_store_release(mine, st.step)
+    if st.sw:
+        cxl_flush(mine, CTRL_NBYTES // 2, 0)
+    return 1
+
+
+cdef int check_signatures(state_t *st) noexcept nogil:
+    """After the first step of a call: every rank made the same call (the
+    same collective, root, op, type and bytes), and the blocks the ranks
+    send match those they receive (the sum of the third words is zero:
+    each rank adds a hash of every block it sends and subtracts one of
+    every block it receives).  All ranks read the same words, so all reach
+    the same verdict."""
+    cdef int q
+    cdef uint64_t *line
+    cdef uint64_t pairs = 0
+    for q in range(st.size):
+        line = seq_ptr(st, q)
+        if st.sw and q != st.rank:
+            cxl_flush(line + 8, CTRL_NBYTES // 2, 1)
+        if sig_word(line, 0, st.step) != st.sig[0] or sig_word(line, 1, st.step) != st.sig[1]:
+            st.failed_rank = q
+            st.failed_code = ERR_MISMATCH
+            return ERR_MISMATCH
+        pairs += sig_word(line, 2, st.step)
+    if pairs != 0:
+        st.failed_rank = -1
+        st.failed_code = ERR_MISMATCH
+        return ERR_MISMATCH
+    return OK
 
 
 cdef inline void copy_in(state_t *st, void *slot, const void *src, size_t n) noexcept nogil:
@@ -248,10 +339,15 @@ cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nog
 
 
 cdef int wait_all(state_t *st) noexcept nogil:
-    """Wait until every rank has published the current step."""
+    """Wait until every rank has published the current step, keeping MPI
+    progressing meanwhile.  At a call's first step, also: a peer that sent
+    this call to MPI sends every rank there (ERR_PASSED), and the ranks'
+    calls must match (ERR_MISMATCH)."""
     cdef int q
     cdef uint64_t *line
     cdef cxl_waiter w
+    cdef bint first = st.sig_pending
+    st.sig_pending = 0
     cxl_waiter_init(&w, st.timeout_s, st.spin)
     for q in range(st.size):
         if q == st.rank:
@@ -261,7 +357,14 @@ cdef int wait_all(state_t *st) noexcept nogil:
             if st.sw:
                 cxl_flush(line, 8, 1)
             if cxl_load_acquire(line) >= st.step:
+                # a step from a later call: q passed this one, then went on
+                if first and passed_on(st, line, True):
+                    return ERR_PASSED
                 break
+            if first and passed_on(st, line, False):
+                return ERR_PASSED
+            if st.progress.iprobe != NULL and cxl_progress_due(w.polls, w.spin_polls):
+                cxl_progress_poke(&st.progress)
             if cxl_backoff(&w):
                 if cxl_pid_gone((<int64_t *>line)[1]):
                     st.failed_rank = q
@@ -271,6 +374,8 @@ cdef int wait_all(state_t *st) noexcept nogil:
                     st.failed_rank = q
                     st.failed_code = ERR_TIMEOUT
                     return ERR_TIMEOUT
+    if first:
+        return check_signatures(st)
     return OK
 
 
@@ -479,13 +584,22 @@ cdef inline uint64_t *value_ptr(state_t *st, int q, uint64_t step) noexcept nogi
     return seq_ptr(st, q) + 2 + (step & 1)
 
 
-cdef int agree_max(state_t *st, uint64_t mine, uint64_t *result) noexcept nogil:
+cdef inline uint64_t *value2_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return seq_ptr(st, q) + 6 + (step & 1)
+
+
+cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs,
+                   uint64_t *result) noexcept nogil:
     """A header step: every rank publishes `mine`; all learn the maximum
-    (0 from any rank, meaning "not mine", makes the result 0)."""
+    (0 from any rank, meaning "not mine", makes the result 0).  `pairs`:
+    this rank's share of the block checksum (see check_signatures), checked
+    only when every rank takes the pool path (a rank that declines may not
+    know its blocks)."""
     cdef int q, rc
-    cdef uint64_t v, best = 0
+    cdef uint64_t v, best = 0, total = 0
     cdef bint any_zero = mine == 0
     value_ptr(st, st.rank, st.step + 1)[0] = mine
+    value2_ptr(st, st.rank, st.step + 1)[0] = pairs
     rc = step_all(st)
     if rc != OK:
         return rc
@@ -493,10 +607,15 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t *result) noexcept nogil:
         if st.sw and q != st.rank:
             cxl_flush(value_ptr(st, q, st.step), 8, 1)
         v = value_ptr(st, q, st.step)[0]
+        total += value2_ptr(st, q, st.step)[0]
         if v == 0:
             any_zero = True
         if v > best:
             best = v
+    if not any_zero and total != 0:
+        st.failed_rank = -1
+        st.failed_code = ERR_MISMATCH
+        return ERR_MISMATCH
     result[0] = 0 if any_zero else best
     return OK
 
@@ -515,39 +634,22 @@ DEF STREAM_MIN_NBYTES = 4 * 1024 * 1024
 DEF MAX_ZC_RANKS = 1024
 
 
-cdef inline uint64_t *value2_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
-    return seq_ptr(st, q) + 6 + (step & 1)
-
-
-cdef inline uint64_t *value3_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
-    return seq_ptr(st, q) + 8 + (step & 1)
-
-
-cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1, uint64_t nbytes,
-                         uint64_t *sends, uint64_t *recvs, bint *same) noexcept nogil:
-    """Header step: every rank's (send offset + 1, recv offset + 1), and in
-    a third word its message size `nbytes`; `same`: whether all sizes are
-    equal.  A size that differs clears every recv offset here, so
-    that nobody writes into a receive buffer smaller than what it would
-    write (an erroneous program stays on the copying path instead)."""
+cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
+                         uint64_t *sends, uint64_t *recvs) noexcept nogil:
+    """Header step: every rank's (send offset + 1, recv offset + 1).  It is
+    the call's first step, so every rank's message size is checked to be
+    the same (check_signatures) before anyone writes into a peer's buffer."""
     cdef int q, rc
     value_ptr(st, st.rank, st.step + 1)[0] = send1
     value2_ptr(st, st.rank, st.step + 1)[0] = recv1
-    value3_ptr(st, st.rank, st.step + 1)[0] = nbytes
     rc = step_all(st)
     if rc != OK:
         return rc
-    same[0] = True
     for q in range(st.size):
         if st.sw and q != st.rank:
-            cxl_flush(seq_ptr(st, q), CTRL_NBYTES, 1)
+            cxl_flush(seq_ptr(st, q), CTRL_NBYTES // 2, 1)
         sends[q] = value_ptr(st, q, st.step)[0]
         recvs[q] = value2_ptr(st, q, st.step)[0]
-        if value3_ptr(st, q, st.step)[0] != nbytes:
-            same[0] = False
-    if not same[0]:
-        for q in range(st.size):
-            recvs[q] = 0
     return OK
 
 
@@ -934,6 +1036,46 @@ cdef cxl_reduce_fn reducer(int op, int tcode) except NULL:
     return fn
 
 
+# ------------------------------------------------------------- signatures
+
+KIND_NAMES = {}   # kind code -> the name it was made from (error messages)
+cdef dict KIND_CODES = {}
+
+
+cdef uint64_t kind_code(str what):
+    """A stable 16-bit code of a collective's name (the same in every
+    process: no salted hash)."""
+    code = KIND_CODES.get(what)
+    if code is None:
+        code = zlib.crc32(what.encode()) & 0xFFFF
+        KIND_CODES[what] = code
+        KIND_NAMES[code] = what
+    return code
+
+
+cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
+    """splitmix64's finalizer: a well-spread 64-bit hash of x."""
+    x += <uint64_t>0x9E3779B97F4A7C15
+    x = (x ^ (x >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    x = (x ^ (x >> 27)) * <uint64_t>0x94D049BB133111EB
+    return x ^ (x >> 31)
+
+
+cdef uint64_t counts_hash(const size_t *counts, int n) noexcept nogil:
+    cdef uint64_t h = mix64(n)
+    cdef int i
+    for i in range(n):
+        h = mix64(h ^ counts[i])
+    return h
+
+
+def pair_hash(uint64_t src, uint64_t dst, uint64_t nbytes):
+    """The checksum term of a block of `nbytes` from rank src to rank dst:
+    the sender adds it, the receiver subtracts it, so that the ranks' terms
+    sum to zero exactly when every block is received as sent."""
+    return mix64(mix64((src << 32) ^ dst) ^ nbytes)
+
+
 # ---------------------------------------------------------------------- pool
 
 class PoolError(OSError):
@@ -1133,6 +1275,9 @@ cdef class Pool:
         self.st.spin = 1
         self.st.timeout_s = 0
         self.st.res = NULL
+        memset(&self.st.progress, 0, sizeof(cxl_progress))
+        self.st.ops = 0
+        self.st.sig_pending = 0
         self.chunk_nbytes = h.half_nbytes
         self.rsag_min_nbytes = 0
         self.rsag_min_ranks = 3
@@ -1305,10 +1450,70 @@ cdef class Pool:
     cdef _raise(self, int rc, str what):
         raise PoolFailure(rc, self.st.failed_rank, what)
 
+    cdef _expect(self, str what, int root, int op, int tcode, uint64_t nbytes,
+                 uint64_t pairs):
+        """The signature of the call about to start (published with its
+        first step, compared by every rank: see check_signatures)."""
+        self.st.ops += 1
+        self.st.sig[0] = ((<uint64_t>kind_code(what) << 48)
+                          | (self.st.ops & 0xFFFF) << 32
+                          | (<uint64_t>(op + 1) & 0xFF) << 24
+                          | (<uint64_t>(tcode + 1) & 0xFF) << 16
+                          | (<uint64_t>(root + 1) & 0xFFFF))
+        self.st.sig[1] = nbytes
+        self.st.sig[2] = pairs
+        self.st.sig_pending = 1
+
+    def set_progress(self, uintptr_t iprobe, uintptr_t comm, int any_source,
+                     int any_tag, bint comm_is_int):
+        """Keep MPI progressing while this rank waits in the pool: `iprobe`
+        is the address of MPI_Iprobe, `comm` the handle of a communicator
+        nothing is ever sent to (see cxlmpi.progress)."""
+        self.st.progress.iprobe = <void *>iprobe
+        self.st.progress.comm = <intptr_t>comm
+        self.st.progress.any_source = any_source
+        self.st.progress.any_tag = any_tag
+        self.st.progress.comm_is_int = comm_is_int
+
+    @property
+    def progress_calls(self):
+        """MPI progress calls made by this pool's waits."""
+        return self.st.progress.calls
+
+    def note_pass(self):
+        """This rank sends its current call to MPI: peers that took it to
+        the pool see that and follow (a mismatch, or a rank that cannot use
+        the pool for this call, must not leave them waiting here)."""
+        if self.st.base == NULL or self.closing:
+            return
+        self.st.ops += 1
+        cdef uint64_t *line = seq_ptr(&self.st, self.st.rank)
+        cxl_store_release(line + PASSED_WORD, self.st.ops)
+        if self.st.sw:
+            cxl_flush(line + 8, CTRL_NBYTES // 2, 0)
+
+    def signatures(self):
+        """Every rank's signature of its last call's first step, decoded:
+        [(what, root, op, tcode, nbytes)] (root/op/tcode -1 when none)."""
+        self._check()
+        out = []
+        cdef uint64_t *line
+        cdef uint64_t a
+        for q in range(self.st.size):
+            line = seq_ptr(&self.st, q)
+            if self.st.sw:
+                cxl_flush(line + 8, CTRL_NBYTES // 2, 1)
+            a = sig_word(line, 0, self.st.step)
+            out.append((KIND_NAMES.get(a >> 48, f"call {a >> 48:#x}"),
+                        <int>(a & 0xFFFF) - 1, <int>((a >> 24) & 0xFF) - 1,
+                        <int>((a >> 16) & 0xFF) - 1, sig_word(line, 1, self.st.step)))
+        return out
+
     def barrier(self):
         """All ranks of the pool meet (no data)."""
         self._check()
         cdef int rc
+        self._expect("Barrier", -1, -1, -1, 0, 0)
         with nogil:
             rc = alg_barrier(&self.st)
         if rc != OK:
@@ -1321,18 +1526,19 @@ cdef class Pool:
         cdef int rc = OK
         cdef uint64_t sends[MAX_ZC_RANKS]
         cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(nbytes), same = True, push = False
+        cdef bint zc = self._zerocopy(nbytes), push = False
         cdef uint64_t mine = 0, theirs = 0
         cdef int q
+        self._expect("Bcast", root, -1, -1, nbytes, 0)
         if zc and self.st.rank == root:
             mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         elif zc:
             theirs = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         with nogil:
             if zc:
-                rc = publish_offsets(&self.st, mine, theirs, nbytes, sends, recvs, &same)
+                rc = publish_offsets(&self.st, mine, theirs, sends, recvs)
                 zc = rc == OK and all_fit(sends + root, 1, nbytes, self.nbytes)
-                if rc == OK and not zc and same:
+                if rc == OK and not zc:
                     # every receiver's buffer in the pool: the root writes
                     # straight into them (one copy each instead of two)
                     push = True
@@ -1366,25 +1572,26 @@ cdef class Pool:
         cdef size_t nbytes = count * itemsize
         cdef uint64_t sends[MAX_ZC_RANKS]
         cdef uint64_t recvs[MAX_ZC_RANKS]
-        cdef bint zc = self._zerocopy(nbytes), all_recv = False, same = True
+        cdef bint zc = self._zerocopy(nbytes), all_recv = False
         cdef bint any_res = False
         cdef uint64_t send1 = 0, recv1 = 0
         cdef const char *res[MAX_ZC_RANKS]
+        self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0)
         if zc:
             send1 = resident(&self.st, <const char *>sendaddr, nbytes, self.nbytes)
             if root < 0 or root == self.st.rank:
                 recv1 = resident(&self.st, <const char *>recvaddr, nbytes, self.nbytes)
         with nogil:
             if zc:
-                rc = publish_offsets(&self.st, send1, recv1, nbytes, sends, recvs, &same)
-                zc = rc == OK and same and all_fit(sends, self.st.size, nbytes, self.nbytes)
+                rc = publish_offsets(&self.st, send1, recv1, sends, recvs)
+                zc = rc == OK and all_fit(sends, self.st.size, nbytes, self.nbytes)
                 if zc:
                     all_recv = all_fit(recvs, self.st.size, nbytes, self.nbytes) \
                         if root < 0 else all_fit(recvs + root, 1, nbytes, self.nbytes)
                     for q in range(self.st.size):  # no rank folds over its own input
                         if not all_recv and recvs[q] == sends[q]:
                             zc = False
-                if rc == OK and not zc and same:
+                if rc == OK and not zc:
                     # Some send buffers in the pool: those ranks skip copying
                     # in and are read in place (never one whose result
                     # overwrites its input: in place).
@@ -1436,24 +1643,30 @@ cdef class Pool:
         sub -= sub % itemsize
         return sub if sub >= itemsize else itemsize
 
-    def agree(self, uint64_t value):
-        """A header step: every rank publishes `value`; returns the maximum,
-        or 0 when any rank published 0 ("not through the pool")."""
+    def agree(self, uint64_t value, str what="header step", int root=-1,
+              uint64_t pairs=0):
+        """A header step of collective `what`: every rank publishes `value`;
+        returns the maximum, or 0 when any rank published 0 ("not through
+        the pool").  `pairs`: this rank's share of the block checksum
+        (pair_hash), checked when no rank published 0."""
         self._check()
         cdef uint64_t agreed = 0
         cdef int rc
+        self._expect(what + " header", root, -1, -1, 0, 0)
         with nogil:
-            rc = agree_max(&self.st, value, &agreed)
+            rc = agree_max(&self.st, value, pairs, &agreed)
         if rc != OK:
-            self._raise(rc, "header step")
+            self._raise(rc, what)
         return agreed
 
     def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
-               recv_nbytes, int root, size_t max_nbytes, str what):
+               recv_nbytes, int root, size_t max_nbytes, str what, uint64_t pairs=0):
         """Allgather(v) (root < 0) and Gather(v).  `recv_addrs`/`recv_nbytes`:
         where each rank's block goes (ignored off the root of a Gather);
-        `max_nbytes`: the largest block of any rank (the same everywhere)."""
+        `max_nbytes`: the largest block of any rank (the same everywhere);
+        `pairs`: this rank's share of the block checksum (pair_hash)."""
         self._check()
+        self._expect(what, root, -1, -1, max_nbytes, pairs)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t chunk = self._chunk(1, False)
         cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
@@ -1475,11 +1688,13 @@ cdef class Pool:
             self._raise(rc, what)
 
     def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
-                 size_t max_nbytes, str what):
-        """Alltoall(v) and Scatter(v): `send_*[d]` goes to rank d, `recv_*[q]`
-        comes from rank q; `max_nbytes`: the largest block between any two
-        ranks (the same everywhere)."""
+                 size_t max_nbytes, str what, int root=-1, uint64_t pairs=0):
+        """Alltoall(v) and Scatter(v) (from `root`): `send_*[d]` goes to
+        rank d, `recv_*[q]` comes from rank q; `max_nbytes`: the largest
+        block between any two ranks (the same everywhere); `pairs`: this
+        rank's share of the block checksum (pair_hash)."""
         self._check()
+        self._expect(what, root, -1, -1, max_nbytes, pairs)
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t sub = self._sub(1)
@@ -1505,6 +1720,8 @@ cdef class Pool:
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
         cdef _Arrays send = _Arrays(send_addrs, counts)
+        # every rank passes the same counts: their hash must agree
+        self._expect(what, -1, op, tcode, counts_hash(send.nbytes, self.st.size) ^ itemsize, 0)
         cdef size_t sub_count = self._sub(itemsize) // itemsize
         cdef size_t nsteps = 0, q
         cdef size_t total = 0
@@ -1544,6 +1761,7 @@ cdef class Pool:
         cdef size_t chunk = self._chunk(itemsize, False)
         cdef int nranks = self.st.rank if exclusive else self.st.rank + 1
         cdef int rc
+        self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0)
         with nogil:
             rc = alg_reduce_small(&self.st, <const char *>sendaddr, <char *>recvaddr,
                                   count, itemsize, fn, -1, nranks, chunk)
@@ -1636,10 +1854,15 @@ cdef class _Arrays:
 
 
 class PoolFailure(Exception):
-    """A pool algorithm stopped: a peer never arrived or is gone."""
+    """A pool algorithm stopped: a peer never arrived or is gone (`rank`),
+    the ranks' calls do not match (`mismatch`; rank -1: their blocks), or
+    a peer sent the call to MPI, where every rank must follow (`passed`)."""
 
     def __init__(self, code, rank, what):
         super().__init__(code, rank, what)
+        self.code = code
         self.timed_out = code == ERR_TIMEOUT
+        self.mismatch = code == ERR_MISMATCH
+        self.passed = code == ERR_PASSED
         self.rank = rank
         self.what = what

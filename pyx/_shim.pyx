@@ -43,7 +43,7 @@ import sys
 
 from mpi4py import MPI
 
-from ._pool import OP_CODES, TYPE_CODES, PoolFailure, reducer_defined
+from ._pool import OP_CODES, TYPE_CODES, PoolFailure, pair_hash, reducer_defined
 
 # numpy.ndarray once the program has imported numpy.  cxlmpi never imports
 # numpy itself: a program may configure it (thread counts, say) before its
@@ -107,6 +107,18 @@ cdef inline void passed(int which, double t0) noexcept:
     stat_pass[which] += 1
     if time_all:
         stat_seconds[which] += now() - t0
+
+
+cdef inline int to_mpi(object comm) except -1:
+    """This rank is about to send a call to stock MPI: tell the pool (if
+    `comm` has one), so that peers that took the call to the pool follow
+    (ranks that disagree on a size may disagree on the path, too)."""
+    state = _states.get(comm.handle)
+    if state is not None:
+        pool = state.pool
+        if pool is not None:
+            pool.note_pass()
+    return 0
 
 
 cdef inline void pooled(int which, double nbytes, double t0) noexcept:
@@ -467,16 +479,41 @@ cpdef object pool_of(object comm, int which=-1):
     return state.pool
 
 
-cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size):
+cdef inline uint64_t pairs_sent(int me, object nbytes):
+    """This rank's share of the block checksum for the blocks it sends
+    (`nbytes[d]` to rank d): see _pool.pair_hash."""
+    cdef uint64_t total = 0
+    for d, n in enumerate(nbytes):
+        total += <uint64_t>pair_hash(me, d, n)
+    return total
+
+
+cdef inline uint64_t pairs_received(int me, object nbytes):
+    """The share for the blocks it receives (`nbytes[q]` from rank q)."""
+    cdef uint64_t total = 0
+    for q, n in enumerate(nbytes):
+        total -= <uint64_t>pair_hash(q, me, n)
+    return total
+
+
+cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
+                  int root=-1, uint64_t pairs=0):
     """(pool, agreed) for a v-collective, or (None, 0) for MPI: in a header
     step every rank publishes 1 + its largest block (0: it cannot take the
-    pool path) and all decide alike from the maximum."""
+    pool path) and its share of the block checksum (`pairs`), and all
+    decide alike from the maximum."""
     if not eligible:
         return None, 0
     pool = pool_of(comm, which)
     if pool is None:
         return None, 0
-    cdef uint64_t agreed = run(comm, pool.agree, local)
+    cdef uint64_t agreed
+    try:
+        agreed = pool.agree(local, COLLECTIVES[which], root, pairs)
+    except PoolFailure as exc:
+        if exc.passed:  # a peer sent the call to MPI: so does this rank
+            return None, 0
+        raise run_failed(comm, exc) from None
     if agreed == 0 or not within(which, (agreed - 1) * size):
         return None, 0
     return pool, agreed
@@ -503,9 +540,22 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
         mine = parse(own, not vwritable)
         ok = mine is not None and (rank != root or
                                    mine.nbytes == counts[rank] * vmsg.itemsize)
+    cdef uint64_t pairs = 0
     if ok:
         local = 1 + (max(counts) * vmsg.itemsize if rank == root else mine.nbytes)
-    pool, agreed = settle(comm, which, eligible, local, size)
+        # the root's blocks against each rank's own (the root's own block
+        # was checked above); Gatherv: ranks send, Scatterv: they receive
+        if rank == root:
+            # the root's own block is not exchanged: equal terms cancel
+            sizes = [c * vmsg.itemsize for c in counts]
+            pairs = pairs_received(root, sizes) if vwritable else pairs_sent(root, sizes)
+            pairs += <uint64_t>pair_hash(root, root, sizes[root]) if vwritable \
+                else -<uint64_t>pair_hash(root, root, sizes[root])
+        elif vwritable:
+            pairs = <uint64_t>pair_hash(rank, root, mine.nbytes)
+        else:
+            pairs = -<uint64_t>pair_hash(root, rank, mine.nbytes)
+    pool, agreed = settle(comm, which, eligible, local, size, root, pairs)
     return pool, agreed, vmsg, counts, displs, mine
 
 
@@ -513,9 +563,26 @@ cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
 
 
-def run(comm, method, *args):
-    """Call a pool algorithm, turning its failure into the error the user
-    sees (a timeout naming the missing ranks, a dead peer)."""
+def run(comm, int which, stock, method, *args):
+    """Run a pool algorithm (True), turning its failure into the error the
+    user sees (a timeout naming the missing ranks, a dead peer, calls that
+    do not match); when a peer sent this call to MPI, call `stock` (the
+    stock collective) instead, as every rank does then (False)."""
+    try:
+        method(*args)
+        return True
+    except PoolFailure as exc:
+        if not exc.passed:
+            raise run_failed(comm, exc) from None
+    stock()
+    stat_pass[which] += 1
+    return False
+
+
+def run_pool(comm, method, *args):
+    """Call a pool method (the object collectives' steps: their paths are
+    agreed before, so a peer in MPI here is a mismatch) and return its
+    result, or raise the error the user sees."""
     try:
         return method(*args)
     except PoolFailure as exc:
@@ -567,15 +634,13 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         state = _states.get(self.handle)
         if disabled or state is None or state.pool is None:
+            to_mpi(self)
             _stock_barrier(self)
             passed(BARRIER, t0)
             return
         t0 = now()
-        try:
-            state.pool.barrier()
-        except PoolFailure as exc:
-            raise run_failed(self, exc) from None
-        pooled(BARRIER, 0, t0)
+        if run(self, BARRIER, lambda: _stock_barrier(self), state.pool.barrier):
+            pooled(BARRIER, 0, t0)
 
     def Bcast(self, buf, int root=0):
         """Broadcast data from one process to all other processes."""
@@ -588,13 +653,15 @@ class CommBase(_Intracomm):
                 msg = None
         pool = pool_of(self, BCAST) if msg is not None else None
         if pool is None:
+            to_mpi(self)
             _stock_bcast(self, buf, root)
             passed(BCAST, t0)
             return
         if not time_all:
             t0 = now()
-        run(self, pool.bcast, msg.address, msg.nbytes, root)
-        pooled(BCAST, msg.nbytes, t0)
+        if run(self, BCAST, lambda: _stock_bcast(self, buf, root),
+               pool.bcast, msg.address, msg.nbytes, root):
+            pooled(BCAST, msg.nbytes, t0)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         """Reduce to root."""
@@ -607,15 +674,17 @@ class CommBase(_Intracomm):
             plan = plan_reduce(REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
         pool = pool_of(self, REDUCE) if plan is not None else None
         if pool is None:
+            to_mpi(self)
             _stock_reduce(self, sendbuf, recvbuf, op, root)
             passed(REDUCE, t0)
             return
         send, recv, opc = plan
         if not time_all:
             t0 = now()
-        run(self, pool.reduce, send.address, recv.address if recv is not None else 0, send.count,
-            send.itemsize, opc, send.tcode, root)
-        pooled(REDUCE, send.nbytes, t0)
+        if run(self, REDUCE, lambda: _stock_reduce(self, sendbuf, recvbuf, op, root),
+               pool.reduce, send.address, recv.address if recv is not None else 0, send.count,
+               send.itemsize, opc, send.tcode, root):
+            pooled(REDUCE, send.nbytes, t0)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """Reduce to all."""
@@ -625,15 +694,17 @@ class CommBase(_Intracomm):
         plan = plan_reduce(ALLREDUCE, sendbuf, recvbuf, op, True)
         pool = pool_of(self, ALLREDUCE) if plan is not None else None
         if pool is None:
+            to_mpi(self)
             _stock_allreduce(self, sendbuf, recvbuf, op)
             passed(ALLREDUCE, t0)
             return
         send, recv, opc = plan
         if not time_all:
             t0 = now()
-        run(self, pool.reduce, send.address, recv.address, send.count, send.itemsize, opc,
-            send.tcode, -1)
-        pooled(ALLREDUCE, send.nbytes, t0)
+        if run(self, ALLREDUCE, lambda: _stock_allreduce(self, sendbuf, recvbuf, op),
+               pool.reduce, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
+               -1):
+            pooled(ALLREDUCE, send.nbytes, t0)
 
     # -------------------------------------------- gather / scatter / all-to-all
 
@@ -642,6 +713,7 @@ class CommBase(_Intracomm):
         ensure_configured()
         cdef double t0 = start()
         if disabled or small(recvbuf, lo[ALLGATHER]):
+            to_mpi(self)
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
             return
@@ -657,6 +729,7 @@ class CommBase(_Intracomm):
             recv = None
         pool = pool_of(self, ALLGATHER) if recv is not None else None
         if pool is None:
+            to_mpi(self)
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
             return
@@ -665,8 +738,9 @@ class CommBase(_Intracomm):
         block = recv.nbytes
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
-        run(self, pool.gather, sendaddr, block, addrs, [block] * size, -1, block, "Allgather")
-        pooled(ALLGATHER, block * size, t0)
+        if run(self, ALLGATHER, lambda: _Stock.Allgather(self, sendbuf, recvbuf),
+               pool.gather, sendaddr, block, addrs, [block] * size, -1, block, "Allgather"):
+            pooled(ALLGATHER, block * size, t0)
 
     def Allgatherv(self, sendbuf, recvbuf):
         """Gather to All Vector (the receive counts are known on every rank)."""
@@ -688,6 +762,7 @@ class CommBase(_Intracomm):
                         vec = None
         pool = pool_of(self, ALLGATHERV) if vec is not None else None
         if pool is None:
+            to_mpi(self)
             _Stock.Allgatherv(self, sendbuf, recvbuf)
             passed(ALLGATHERV, t0)
             return
@@ -697,8 +772,12 @@ class CommBase(_Intracomm):
         addrs = [recv.address + d * item for d in displs]
         sizes = [c * item for c in counts]
         sendaddr = addrs[rank] if send is None else send.address
-        run(self, pool.gather, sendaddr, sizes[rank], addrs, sizes, -1, max(sizes), "Allgatherv")
-        pooled(ALLGATHERV, recv.count * item, t0)
+        # every rank's counts must agree with what each sender sends
+        pairs = pairs_sent(rank, [sizes[rank]] * size) + pairs_received(rank, sizes)
+        if run(self, ALLGATHERV, lambda: _Stock.Allgatherv(self, sendbuf, recvbuf),
+               pool.gather, sendaddr, sizes[rank], addrs, sizes, -1, max(sizes), "Allgatherv",
+               pairs):
+            pooled(ALLGATHERV, recv.count * item, t0)
 
     def Gather(self, sendbuf, recvbuf, int root=0):
         """Gather together values from a group of processes."""
@@ -724,6 +803,7 @@ class CommBase(_Intracomm):
             block = -1
         pool = pool_of(self, GATHER) if block >= 0 else None
         if pool is None:
+            to_mpi(self)
             _Stock.Gather(self, sendbuf, recvbuf, root)
             passed(GATHER, t0)
             return
@@ -734,8 +814,9 @@ class CommBase(_Intracomm):
         else:
             addrs = [0] * size
         sendaddr = addrs[rank] if send is None else send.address
-        run(self, pool.gather, sendaddr, block, addrs, [block] * size, root, block, "Gather")
-        pooled(GATHER, block * size, t0)
+        if run(self, GATHER, lambda: _Stock.Gather(self, sendbuf, recvbuf, root),
+               pool.gather, sendaddr, block, addrs, [block] * size, root, block, "Gather"):
+            pooled(GATHER, block * size, t0)
 
     def Gatherv(self, sendbuf, recvbuf, int root=0):
         """Gather Vector.  Only the root knows every count, so the ranks
@@ -749,6 +830,7 @@ class CommBase(_Intracomm):
         pool, agreed, recv, counts, displs, send = settle_rooted_v(
             self, GATHERV, recvbuf, True, sendbuf, root, size, rank)
         if pool is None:
+            to_mpi(self)
             _Stock.Gatherv(self, sendbuf, recvbuf, root)
             passed(GATHERV, t0)
             return
@@ -765,8 +847,9 @@ class CommBase(_Intracomm):
             sizes = [0] * size
             sendaddr = send.address
             nbytes = send.nbytes
-        run(self, pool.gather, sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv")
-        pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
+        if run(self, GATHERV, lambda: _Stock.Gatherv(self, sendbuf, recvbuf, root),
+               pool.gather, sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv"):
+            pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
 
     def Scatter(self, sendbuf, recvbuf, int root=0):
         """Scatter data from one process to all other processes."""
@@ -792,6 +875,7 @@ class CommBase(_Intracomm):
             block = -1
         pool = pool_of(self, SCATTER) if block >= 0 else None
         if pool is None:
+            to_mpi(self)
             _Stock.Scatter(self, sendbuf, recvbuf, root)
             passed(SCATTER, t0)
             return
@@ -806,8 +890,9 @@ class CommBase(_Intracomm):
         recv_addrs, recv_sizes = list(zeros), list(zeros)
         recv_sizes[root] = block
         recv_addrs[root] = send_addrs[root] if recv is None else recv.address
-        run(self, pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, block, "Scatter")
-        pooled(SCATTER, block * size, t0)
+        if run(self, SCATTER, lambda: _Stock.Scatter(self, sendbuf, recvbuf, root),
+               pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, block, "Scatter"):
+            pooled(SCATTER, block * size, t0)
 
     def Scatterv(self, sendbuf, recvbuf, int root=0):
         """Scatter Vector: the ranks agree on the path and length in a
@@ -819,6 +904,7 @@ class CommBase(_Intracomm):
         pool, agreed, send, counts, displs, recv = settle_rooted_v(
             self, SCATTERV, sendbuf, False, recvbuf, root, size, rank)
         if pool is None:
+            to_mpi(self)
             _Stock.Scatterv(self, sendbuf, recvbuf, root)
             passed(SCATTERV, t0)
             return
@@ -836,15 +922,17 @@ class CommBase(_Intracomm):
             recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
         else:
             recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
-        run(self, pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
-            "Scatterv")
-        pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
+        if run(self, SCATTERV, lambda: _Stock.Scatterv(self, sendbuf, recvbuf, root),
+               pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
+               "Scatterv"):
+            pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
 
     def Alltoall(self, sendbuf, recvbuf):
         """All to All Scatter/Gather: every rank sends block d to rank d."""
         ensure_configured()
         cdef double t0 = start()
         if disabled or small(recvbuf, lo[ALLTOALL]):
+            to_mpi(self)
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
             return
@@ -862,6 +950,7 @@ class CommBase(_Intracomm):
                     block = -1
         pool = pool_of(self, ALLTOALL) if block >= 0 else None
         if pool is None:
+            to_mpi(self)
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
             return
@@ -871,8 +960,9 @@ class CommBase(_Intracomm):
         send_addrs = recv_addrs if send is None else \
             [send.address + d * block for d in range(size)]
         sizes = [block] * size
-        run(self, pool.exchange, send_addrs, sizes, recv_addrs, sizes, block, "Alltoall")
-        pooled(ALLTOALL, block * size, t0)
+        if run(self, ALLTOALL, lambda: _Stock.Alltoall(self, sendbuf, recvbuf),
+               pool.exchange, send_addrs, sizes, recv_addrs, sizes, block, "Alltoall"):
+            pooled(ALLTOALL, block * size, t0)
 
     def Alltoallv(self, sendbuf, recvbuf):
         """All to All Scatter/Gather Vector: no rank knows every count, so
@@ -883,7 +973,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         cdef Message send = None, recv = None
         cdef int size = self.Get_size()
-        cdef uint64_t local = 0
+        cdef uint64_t local = 0, pairs = 0
         eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
         rvec = svec = None
         if eligible:
@@ -893,18 +983,22 @@ class CommBase(_Intracomm):
                 send, scounts, sdispls = svec
                 recv, rcounts, rdispls = rvec
                 local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
-        pool, agreed = settle(self, ALLTOALLV, eligible, local, size)
+                pairs = (pairs_sent(self.Get_rank(), [c * send.itemsize for c in scounts])
+                         + pairs_received(self.Get_rank(), [c * recv.itemsize for c in rcounts]))
+        pool, agreed = settle(self, ALLTOALLV, eligible, local, size, -1, pairs)
         if pool is None:
+            to_mpi(self)
             _Stock.Alltoallv(self, sendbuf, recvbuf)
             passed(ALLTOALLV, t0)
             return
         if not time_all:
             t0 = now()
         si, ri = send.itemsize, recv.itemsize
-        run(self, pool.exchange, [send.address + d * si for d in sdispls],
-            [c * si for c in scounts], [recv.address + d * ri for d in rdispls],
-            [c * ri for c in rcounts], agreed - 1, "Alltoallv")
-        pooled(ALLTOALLV, send.count * si, t0)
+        if run(self, ALLTOALLV, lambda: _Stock.Alltoallv(self, sendbuf, recvbuf),
+               pool.exchange, [send.address + d * si for d in sdispls], [c * si for c in scounts],
+               [recv.address + d * ri for d in rdispls], [c * ri for c in rcounts], agreed - 1,
+               "Alltoallv"):
+            pooled(ALLTOALLV, send.count * si, t0)
 
     # ------------------------------------------------- reduce-scatter, scans
 
@@ -914,6 +1008,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start()
         if disabled or small(recvbuf if sendbuf is _IN_PLACE else sendbuf,
                              lo[REDUCE_SCATTER_BLOCK]):
+            to_mpi(self)
             _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
             passed(REDUCE_SCATTER_BLOCK, t0)
             return
@@ -935,6 +1030,7 @@ class CommBase(_Intracomm):
                 recv = None
         pool = pool_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
         if pool is None:
+            to_mpi(self)
             _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
             passed(REDUCE_SCATTER_BLOCK, t0)
             return
@@ -942,9 +1038,11 @@ class CommBase(_Intracomm):
             t0 = now()
         block = recv.nbytes
         base = recv.address if send is None else send.address
-        run(self, pool.reduce_scatter, [base + d * block for d in range(size)], [recv.count] * size,
-            recv.address, recv.itemsize, opc, recv.tcode, send is None, "Reduce_scatter_block")
-        pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
+        if run(self, REDUCE_SCATTER_BLOCK,
+               lambda: _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op),
+               pool.reduce_scatter, [base + d * block for d in range(size)], [recv.count] * size,
+               recv.address, recv.itemsize, opc, recv.tcode, send is None, "Reduce_scatter_block"):
+            pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
@@ -979,6 +1077,7 @@ class CommBase(_Intracomm):
                 recv = None
         pool = pool_of(self, REDUCE_SCATTER) if recv is not None else None
         if pool is None:
+            to_mpi(self)
             _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
             passed(REDUCE_SCATTER, t0)
             return
@@ -991,9 +1090,11 @@ class CommBase(_Intracomm):
         for c in counts:
             addrs.append(base + acc * item)
             acc += c
-        run(self, pool.reduce_scatter, addrs, counts, recv.address, item, opc, recv.tcode,
-            send is None, "Reduce_scatter")
-        pooled(REDUCE_SCATTER, sum(counts) * item, t0)
+        if run(self, REDUCE_SCATTER,
+               lambda: _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+               pool.reduce_scatter, addrs, counts, recv.address, item, opc, recv.tcode,
+               send is None, "Reduce_scatter"):
+            pooled(REDUCE_SCATTER, sum(counts) * item, t0)
 
     def Scan(self, sendbuf, recvbuf, op=MPI.SUM):
         """Inclusive Scan: rank r gets x0 op ... op xr."""
@@ -1002,15 +1103,17 @@ class CommBase(_Intracomm):
         plan = plan_reduce(SCAN, sendbuf, recvbuf, op, True)
         pool = pool_of(self, SCAN) if plan is not None else None
         if pool is None:
+            to_mpi(self)
             _Stock.Scan(self, sendbuf, recvbuf, op)
             passed(SCAN, t0)
             return
         if not time_all:
             t0 = now()
         send, recv, opc = plan
-        run(self, pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
-            False)
-        pooled(SCAN, send.nbytes, t0)
+        if run(self, SCAN, lambda: _Stock.Scan(self, sendbuf, recvbuf, op),
+               pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
+               False):
+            pooled(SCAN, send.nbytes, t0)
 
     def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
         """Exclusive Scan: rank r gets x0 op ... op x(r-1); rank 0's receive
@@ -1020,12 +1123,14 @@ class CommBase(_Intracomm):
         plan = plan_reduce(EXSCAN, sendbuf, recvbuf, op, True)
         pool = pool_of(self, EXSCAN) if plan is not None else None
         if pool is None:
+            to_mpi(self)
             _Stock.Exscan(self, sendbuf, recvbuf, op)
             passed(EXSCAN, t0)
             return
         if not time_all:
             t0 = now()
         send, recv, opc = plan
-        run(self, pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
-            True)
-        pooled(EXSCAN, send.nbytes, t0)
+        if run(self, EXSCAN, lambda: _Stock.Exscan(self, sendbuf, recvbuf, op),
+               pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
+               True):
+            pooled(EXSCAN, send.nbytes, t0)

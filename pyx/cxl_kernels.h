@@ -205,6 +205,45 @@ static inline int cxl_backoff(cxl_waiter *w)
     return 1;
 }
 
+/* ------------------------------------------------------- MPI progress
+ * A rank waiting in the pool must keep MPI progressing: a peer may be
+ * waiting on it in MPI (passive-target RMA, a rendezvous send it posted a
+ * receive for, a pending nonblocking collective).  cxlmpi links no MPI
+ * library, so the waiter calls MPI_Iprobe through a pointer found at run
+ * time, on a communicator nothing is ever sent to: it never matches, and
+ * every MPI library runs its progress engine when a probe finds nothing.
+ * The handle is an int (MPICH ABI) or a pointer (Open MPI ABI). */
+typedef struct {
+    void *iprobe;       /* MPI_Iprobe, or NULL: no progress calls */
+    intptr_t comm;      /* the probed communicator's handle */
+    int any_source;
+    int any_tag;
+    int comm_is_int;    /* sizeof(MPI_Comm) == sizeof(int) */
+    uint64_t calls;     /* progress calls made (stats) */
+} cxl_progress;
+
+static inline void cxl_progress_poke(cxl_progress *p)
+{
+    int flag = 0;
+    uint64_t status[32];  /* larger than any MPI_Status */
+    if (p->iprobe == NULL) return;
+    p->calls++;
+    if (p->comm_is_int)
+        ((int (*)(int, int, int, int *, void *))p->iprobe)(
+            p->any_source, p->any_tag, (int)p->comm, &flag, status);
+    else
+        ((int (*)(int, int, void *, int *, void *))p->iprobe)(
+            p->any_source, p->any_tag, (void *)p->comm, &flag, status);
+}
+
+/* Whether a waiter that has polled `polls` times calls MPI progress now:
+ * every 256 polls while it spins (a few microseconds; a short wait never
+ * pays for it), every 8th poll once it yields the core. */
+static inline int cxl_progress_due(uint64_t polls, uint64_t spin_polls)
+{
+    return polls < spin_polls ? (polls & 255u) == 255u : (polls & 7u) == 7u;
+}
+
 /* --------------------------------------------------------------- copies */
 
 static inline void cxl_copy(void *dst, const void *src, size_t n)

@@ -1,0 +1,78 @@
+"""MPI progress for ranks that wait in the pool.
+
+A rank waiting in a pool collective may be the one a peer waits for in MPI:
+the target of passive-target RMA, the receiver of a rendezvous send it posted
+earlier, a participant of a pending nonblocking collective.  MPI libraries
+move such operations only while the process is inside MPI, so a pool waiter
+calls MPI_Iprobe now and then (cxl_kernels.h: every 256 polls while it
+spins, every 8th once it yields), as MPICH's own shared-memory collectives
+poll and then call progress.  The probe is on a private duplicate of the
+pool's communicator that nothing is ever sent to, so it never matches
+(MPICH does not run its progress engine for a probe on a one-rank
+communicator such as COMM_SELF).  It is made from the thread that called
+the collective, inside that MPI call, which every MPI thread level allows,
+and without the GIL, so MPI callbacks that need it can run.
+
+cxlmpi links no MPI library (one build serves MPICH and Open MPI), so the
+address of MPI_Iprobe is looked up in the library mpi4py loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from mpi4py import MPI
+
+__all__ = ["attach", "iprobe_address"]
+
+_found: list[int] = []
+
+
+def _loaded_libraries() -> list[str]:
+    """Shared objects mapped into this process, MPI-looking ones first."""
+    paths: list[str] = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split()
+                if len(parts) >= 6 and ".so" in parts[5] and parts[5] not in paths:
+                    paths.append(parts[5])
+    except OSError:
+        pass
+    return sorted(paths, key=lambda p: "mpi" not in os.path.basename(p))
+
+
+def iprobe_address() -> int:
+    """The address of MPI_Iprobe in this process's MPI library, or 0."""
+    if not _found:
+        address = 0
+        for path in [None, *_loaded_libraries()]:
+            try:
+                lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY) \
+                    if path else ctypes.CDLL(None)
+                address = ctypes.cast(lib.MPI_Iprobe, ctypes.c_void_p).value or 0
+            except (OSError, AttributeError):
+                continue
+            if address:
+                break
+        _found.append(address)
+    return _found[0]
+
+
+def attach(pool: Any, comm: MPI.Intracomm) -> MPI.Intracomm | None:
+    """Collective over `comm`: make the waits of `pool` (a Pool or a
+    Hierarchy) call MPI progress, probing a private duplicate of `comm`,
+    which is returned (the caller frees it with the pool); None without a
+    pool or when MPI_Iprobe cannot be found (the same on every rank: one
+    MPI library)."""
+    local = getattr(pool, "pool", pool)
+    address = iprobe_address()
+    if local is None or not address:
+        return None
+    probe = comm.Dup()
+    probe.Set_name("cxlmpi-progress")
+    handle_is_int = MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_int)
+    local.set_progress(address, probe.handle, MPI.ANY_SOURCE, MPI.ANY_TAG, handle_is_int)
+    return probe
