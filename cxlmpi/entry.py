@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
+import copyreg
+
 from mpi4py import MPI
 
-from .comm import CXLComm
+from .comm import _STOCK_CONSTANTS as _ORIGINAL
+from .comm import CXLComm, predefined, reduce_stock
 
 __all__ = ["patch", "unpatch", "is_patched", "predefined"]
 
-_ORIGINAL = {"COMM_WORLD": MPI.COMM_WORLD, "COMM_SELF": MPI.COMM_SELF}
-_WRAPPED: dict[str, CXLComm] = {}
-
-
-def _wrapped(name: str) -> CXLComm:
-    comm = _WRAPPED.get(name)
-    if comm is None:
-        comm = _WRAPPED[name] = CXLComm(_ORIGINAL[name])
-    return comm
+_wrapped = predefined
 
 
 def patch() -> None:
@@ -27,6 +22,9 @@ def patch() -> None:
     constants they replace.  Idempotent."""
     for name in _ORIGINAL:
         setattr(MPI, name, _wrapped(name))
+    # Stock pickles its constants by name, and the name now gives the
+    # wrapped ones: plain Intracomm objects pickle through cxlmpi meanwhile.
+    copyreg.pickle(MPI.Intracomm, reduce_stock)
     from . import config, install_stats_hook
 
     install_stats_hook()
@@ -41,6 +39,8 @@ def unpatch() -> None:
     """Put the stock MPI.COMM_WORLD and MPI.COMM_SELF back."""
     for name, comm in _ORIGINAL.items():
         setattr(MPI, name, comm)
+    if copyreg.dispatch_table.get(MPI.Intracomm) is reduce_stock:
+        del copyreg.dispatch_table[MPI.Intracomm]
 
 
 def is_patched() -> bool:
@@ -48,6 +48,3 @@ def is_patched() -> bool:
     return isinstance(MPI.COMM_WORLD, CXLComm)
 
 
-def predefined(name: str) -> CXLComm:
-    """The wrapped COMM_WORLD or COMM_SELF (used when unpickling them)."""
-    return _wrapped(name)
