@@ -87,6 +87,10 @@ def main() -> None:
         "Alltoallv": lambda: comm.Alltoallv(
             [a, [HUGE_BLOCK] * size, [0] * size, D],
             [b, [HUGE_BLOCK] * size, [i * h for i in range(size)], D]),
+        # one rank's own message only: the header step makes every rank raise
+        "Alltoallv on rank 0 only": lambda: comm.Alltoallv(
+            [a, [HUGE_BLOCK if rank == 0 else h] * size, [0] * size, D],
+            [b, [h] * size, [i * h for i in range(size)], D]),
         "Alltoallv sum of counts": lambda: comm.Alltoallv(
             [a, ([(1 << 62)] * size, [0] * size), D], [b, ([h] * size, None), D]),
     }
