@@ -276,7 +276,8 @@ def expected_info() -> dict:
             "    'mpi4py': mpi4py.__version__,\n"
             "    'library': MPI.Get_library_version().splitlines()[0].strip(),\n"
             "    'variables': [v.name for v in config.VARIABLES],\n"
-            "    'defaults': [v.default for v in config.VARIABLES]}))\n")
+            "    'defaults': [v.default for v in config.VARIABLES],\n"
+            "    'agreed': [v.agreed for v in config.VARIABLES]}))\n")
     return tagged_json(run_mpi(1, ["-c", code]).stdout, "EXPECT")
 
 
@@ -303,10 +304,11 @@ def test_info(expected_info: dict) -> None:
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
             if line.startswith("CXLMPI_")}
     assert list(rows) == expected_info["variables"]
-    for var, default in zip(expected_info["variables"], expected_info["defaults"]):
+    for var, default, agreed in zip(expected_info["variables"], expected_info["defaults"],
+                                    expected_info["agreed"]):
         shown = {"CXLMPI_POOL_SIZE": "1M", "CXLMPI_THRESHOLD": "8K",
                  "CXLMPI_COHERENCE": "sw"}.get(var, "(unset)")
-        assert rows[var][:2] == [shown, default], (var, rows[var])
+        assert rows[var][:3] == [shown, default, "same" if agreed else "any"], (var, rows[var])
 
 
 BAD_CONFIG = {
