@@ -16,6 +16,7 @@ from .entry import is_patched, patch, unpatch
 from .errors import (
     CXLMPIConfigError,
     CXLMPIError,
+    CXLMPIMessageError,
     CXLMPIMismatchError,
     CXLMPIPeerError,
     CXLMPIPoolError,
@@ -69,6 +70,7 @@ __all__ = [
     "reset_stats",
     "CXLMPIError",
     "CXLMPIConfigError",
+    "CXLMPIMessageError",
     "CXLMPITimeoutError",
     "CXLMPIPeerError",
     "CXLMPIPoolError",

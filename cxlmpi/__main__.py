@@ -82,12 +82,14 @@ def info() -> str:
         f"pool memory: {_backend_line(cfg.pool)}",
         f"CPU features: {feats}",
         "",
-        f"{'variable':<24} {'value':<12} {'default':<10} meaning",
+        f"{'variable':<24} {'value':<12} {'default':<10} {'ranks':<5} meaning "
+        f"(ranks: same = every rank must have the same value)",
     ]
     for var in config.VARIABLES:
         value = os.environ.get(var.name)
         shown = "(unset)" if value is None else value
-        lines.append(f"{var.name:<24} {shown:<12} {var.default:<10} {var.doc}")
+        ranks = "same" if var.agreed else "any"
+        lines.append(f"{var.name:<24} {shown:<12} {var.default:<10} {ranks:<5} {var.doc}")
     lines.append("")
     lines.append("")
     lines.append("through the pool (contiguous predefined-type buffers, one-node "

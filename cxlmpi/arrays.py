@@ -19,6 +19,9 @@ sharing memory) they return ordinary numpy arrays.
 
 from __future__ import annotations
 
+import math
+import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -35,17 +38,32 @@ def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
     """A new uninitialized array in the pool of `comm` (COMM_WORLD if None)."""
     dt = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    shape = tuple(operator.index(n) for n in shape)
     if order not in ("C", "F"):
         raise ValueError("order must be 'C' or 'F'")
-    pool = pool_of(comm)
+    pool = pool_of(comm)  # collective the first time: before any refusal
     if pool is None:
         return np.empty(shape, dt, order)
-    count = int(np.prod(shape, dtype=np.int64))
-    if count < 0 or any(n < 0 for n in shape):
-        raise ValueError("negative dimensions are not allowed")
-    buf = pool.allocate(count * dt.itemsize)
+    buf = pool.allocate(_nbytes(shape, dt))
+    count = math.prod(shape)
     flat = np.frombuffer(buf, dtype=dt, count=count)
     return flat.reshape(shape, order=order)
+
+
+def _nbytes(shape: tuple[int, ...], dt: np.dtype) -> int:
+    """Bytes of an array of `shape` and `dt`, refused as np.empty refuses it
+    (same exception and message): in Python integers, so that a size which
+    wraps around an int64 never reaches the pool's allocator."""
+    for n in shape:
+        if operator.index(n) > sys.maxsize:
+            raise ValueError("Maximum allowed dimension exceeded")
+    if any(n < 0 for n in shape):
+        raise ValueError("negative dimensions are not allowed")
+    nbytes = math.prod(shape) * dt.itemsize
+    if nbytes > sys.maxsize:
+        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger "
+                         "than the maximum possible size.")
+    return nbytes
 
 
 def zeros(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,

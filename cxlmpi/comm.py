@@ -22,7 +22,7 @@ from .group import create_pool
 from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
 from .hierarchy import Hierarchy
 
-__all__ = ["CXLComm", "wrap"]
+__all__ = ["CXLComm", "wrap", "predefined"]
 
 
 class _State:
@@ -321,27 +321,62 @@ class CXLComm(_shim.CommBase):
     # ------------------------------------------------------------- misc
 
     def free(self) -> None:
-        """Call `Free` unless null or predefined (COMM_WORLD, COMM_SELF)."""
-        if self.handle in (MPI.COMM_WORLD.handle, MPI.COMM_SELF.handle):
+        """Call `Free` unless null or predefined, as stock mpi4py: a no-op on
+        the patched COMM_WORLD / COMM_SELF themselves; a copy of one (e.g.
+        ``type(MPI.COMM_SELF)(MPI.COMM_SELF)``) becomes COMM_NULL without
+        freeing the predefined communicator."""
+        if any(self is const for const in _CONSTANTS.values()):
             return
         super().free()
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        if self.handle == MPI.COMM_WORLD.handle:
-            return (_predefined, ("COMM_WORLD",))
-        if self.handle == MPI.COMM_SELF.handle:
-            return (_predefined, ("COMM_SELF",))
+        # The patched constants unpickle to themselves (stock: the constants
+        # pickle by name); a copy of one unpickles to an equal, distinct
+        # copy, as in stock mpi4py; anything else as stock does.
+        for name, const in _CONSTANTS.items():
+            if self is const:
+                return (_predefined, (name,))
         return super().__reduce__()
 
     def __repr__(self) -> str:
         return f"<cxlmpi.CXLComm {self.Get_name() or hex(self.handle)}>"
 
 
-def _predefined(name: str) -> CXLComm:
-    """Unpickle a wrapped COMM_WORLD / COMM_SELF (the patched object if any)."""
-    from .entry import predefined
+# The wrapped COMM_WORLD / COMM_SELF that cxlmpi.patch() puts in place (one
+# object each, made on first use), and the stock constants they replace.
+_CONSTANTS: dict[str, CXLComm] = {}
+_STOCK_CONSTANTS: dict[str, MPI.Intracomm] = {"COMM_WORLD": MPI.COMM_WORLD,
+                                              "COMM_SELF": MPI.COMM_SELF}
 
+
+def predefined(name: str) -> CXLComm:
+    """The wrapped COMM_WORLD or COMM_SELF (`name`), the one object each."""
+    comm = _CONSTANTS.get(name)
+    if comm is None:
+        comm = _CONSTANTS[name] = CXLComm(_STOCK_CONSTANTS[name])
+    return comm
+
+
+def _predefined(name: str) -> CXLComm:
+    """Unpickle a wrapped COMM_WORLD / COMM_SELF: the one object."""
     return predefined(name)
+
+
+def _stock_constant(name: str) -> MPI.Intracomm:
+    """Unpickle a stock COMM_WORLD / COMM_SELF while patched: the object."""
+    return _STOCK_CONSTANTS[name]
+
+
+def reduce_stock(comm: MPI.Intracomm) -> str | tuple[Any, ...]:
+    """Pickle a plain Intracomm while patched (copyreg, see cxlmpi.entry):
+    stock pickles its constants by name, which then names the wrapped ones,
+    so a stock constant -- or a copy of one, which stock pickles as its
+    class and the constant -- would fail to pickle.  Everything else as
+    stock."""
+    for name, const in _STOCK_CONSTANTS.items():
+        if comm is const:
+            return (_stock_constant, (name,))
+    return MPI.Intracomm.__reduce__(comm)
 
 
 def wrap(comm: MPI.Comm) -> MPI.Comm:

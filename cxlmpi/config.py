@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .errors import CXLMPIConfigError
 
-__all__ = ["Variable", "VARIABLES", "Config", "get", "reload", "parse_size"]
+__all__ = ["Variable", "VARIABLES", "AGREED", "Config", "get", "reload", "parse_size"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -70,12 +70,17 @@ def _parse_timeout(text: str) -> float:
 
 @dataclass(frozen=True)
 class Variable:
-    """One setting: environment name, parser, default (as text) and meaning."""
+    """One setting: environment name, parser, default (as text), meaning,
+    and whether every rank must see the same value (`agreed`: it decides
+    which path a call takes or how the pool is laid out, so ranks that
+    disagree would take different paths and deadlock).  `agreed` has no
+    default: every setting says it deliberately."""
 
     name: str
     parse: Callable[[str], Any]
     default: str
     doc: str
+    agreed: bool
 
     @property
     def key(self) -> str:
@@ -89,59 +94,81 @@ VARIABLES: tuple[Variable, ...] = (
              "pool), numa:N (shared memory bound to NUMA node N, e.g. a CXL "
              "expander in system-ram mode), file:PATH (a file on tmpfs, "
              "hugetlbfs or fsdax, partitioned between jobs), dax:/dev/daxX.Y "
-             "(a devdax device, partitioned between jobs)."),
+             "(a devdax device, partitioned between jobs).",
+             agreed=True),
     Variable("CXLMPI_POOL_GROUPS", _parse_groups, "1",
              "Split the ranks that share memory into this many pool groups; "
              "collectives then run hierarchically (in each pool, then MPI "
-             "among group leaders), as across hosts."),
+             "among group leaders), as across hosts.",
+             agreed=True),
     Variable("CXLMPI_POOL_SIZE", parse_size, "64M",
              "Bytes of each communicator's pool segment (control lines plus "
-             "two data halves per rank); larger messages are pipelined."),
+             "two data halves per rank); larger messages are pipelined.",
+             agreed=True),
     Variable("CXLMPI_ARENA_SIZE", parse_size, "1G",
              "Bytes per rank for pool-resident arrays (cxlmpi.empty & co.) in "
              "each communicator's pool; address space only until used (0: "
-             "none)."),
+             "none).",
+             agreed=True),
     Variable("CXLMPI_ZEROCOPY_THRESHOLD", parse_size, "256K",
              "Smallest Bcast, reduction or gather (bytes) that first asks "
              "where every rank's buffers live, so that pool-resident ones "
-             "are used in place (one control step)."),
+             "are used in place (one control step).",
+             agreed=True),
     Variable("CXLMPI_THRESHOLD", parse_size, "4K",
              "Smallest message (bytes) that goes through the pool; smaller "
-             "ones pass through to MPI."),
+             "ones pass through to MPI.",
+             agreed=True),
     Variable("CXLMPI_TUNING", str, "builtin",
              "Which sizes of each collective go through the pool: builtin "
              "(the measured table), pool (every size >= CXLMPI_THRESHOLD), "
-             "or a JSON file {collective: [lo, hi] or null}."),
+             "or a JSON file {collective: [lo, hi] or null}.",
+             agreed=True),
     Variable("CXLMPI_CHUNK_SIZE", parse_size, "256K",
-             "Bytes each rank publishes per pipeline step."),
+             "Bytes each rank publishes per pipeline step.",
+             agreed=True),
     Variable("CXLMPI_RSAG_THRESHOLD", parse_size, "64K",
              "Smallest reduction (bytes) that uses reduce-scatter + allgather "
-             "instead of every rank reducing everything."),
+             "instead of every rank reducing everything.",
+             agreed=True),
     Variable("CXLMPI_TIMEOUT", _parse_timeout, "300",
              "Seconds a pool collective waits for the other ranks before "
-             "raising CXLMPITimeoutError (0: wait forever)."),
+             "raising CXLMPITimeoutError (0: wait forever).",
+             agreed=False),
     Variable("CXLMPI_COHERENCE", _parse_coherence, "hw",
              "hw: caches are coherent; sw: flush written lines and invalidate "
-             "before reads (CXL memory shared by hosts without coherence)."),
+             "before reads (CXL memory shared by hosts without coherence).",
+             agreed=True),
     Variable("CXLMPI_OBJECTS", _parse_bool, "0",
              "Send large object (pickle) collectives through the pool.  Off "
              "by default: settling their path costs small calls a header step "
              "and a second pickling (measured 1.5-2.4x stock on a float "
-             "allreduce)."),
+             "allreduce).",
+             agreed=True),
     Variable("CXLMPI_ALLOC", _parse_bool, "0",
              "Make NumPy place arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and "
              "more in COMM_WORLD's pool (NEP 49 allocation hook), so that "
-             "unmodified programs get the zero-copy paths."),
+             "unmodified programs get the zero-copy paths.",
+             agreed=True),
     Variable("CXLMPI_PROGRESS", _parse_bool, "1",
              "While a rank waits in the pool it calls MPI progress now and "
              "then, so that a peer waiting on it in MPI (RMA, a large send, a "
              "nonblocking collective) is served; 0 turns that off (only to "
-             "measure its cost: a program can then hang)."),
+             "measure its cost: a program can then hang).",
+             agreed=False),
     Variable("CXLMPI_STATS", _parse_bool, "0",
-             "Print a table of calls, bytes and time per collective at exit."),
+             "Print a table of calls, bytes and time per collective at exit.",
+             agreed=False),
     Variable("CXLMPI_DISABLE", _parse_bool, "0",
-             "Pass every call through to MPI (the shim stays in place)."),
+             "Pass every call through to MPI (the shim stays in place).",
+             agreed=True),
 )
+
+
+#: The settings every rank must agree on (checked when a pool is set up and
+#: when cxlmpi is patched in), derived from the table: never kept by hand.
+AGREED: tuple[str, ...] = tuple(var.name for var in VARIABLES if var.agreed)
+_KEYS = {var.name: var.key for var in VARIABLES}
 
 
 class Config:
@@ -180,12 +207,7 @@ class Config:
         """Per collective, the sizes in bytes (all blocks together) that go
         through the pool: (lo, hi) for lo <= nbytes < hi (hi None: no upper
         bound), or None: never (MPI is faster there)."""
-        if self.tuning == "pool":
-            table: dict[str, Any] = {}
-        elif self.tuning == "builtin":
-            table = dict(BUILTIN_WINDOWS)
-        else:
-            table = _read_tuning(self.tuning)
+        table = self.tuning_table()
         out: dict[str, tuple[int, int | None] | None] = {}
         for name in COLLECTIVES:
             window = table.get(name, [None, None])
@@ -194,6 +216,24 @@ class Config:
                 continue
             low = self.threshold if window[0] is None else max(window[0], self.threshold)
             out[name] = (low, window[1])
+        return out
+
+    def tuning_table(self) -> dict[str, Any]:
+        """The windows CXLMPI_TUNING names, as written ({collective: [lo,
+        hi] or None}; a collective not in it: CXLMPI_THRESHOLD and up)."""
+        if self.tuning == "pool":
+            return {}
+        if self.tuning == "builtin":
+            return dict(BUILTIN_WINDOWS)
+        return _read_tuning(self.tuning)
+
+    def agreed(self) -> dict[str, Any]:
+        """The value of every setting of AGREED, as ranks compare them:
+        CXLMPI_TUNING by the table it names (the same table may lie at
+        different paths on different hosts)."""
+        out = {name: getattr(self, _KEYS[name]) for name in AGREED}
+        if "CXLMPI_TUNING" in out:
+            out["CXLMPI_TUNING"] = sorted(self.tuning_table().items())
         return out
 
     def as_dict(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CXLMPIError",
     "CXLMPIConfigError",
+    "CXLMPIMessageError",
     "CXLMPITimeoutError",
     "CXLMPIPeerError",
     "CXLMPIPoolError",
@@ -18,6 +19,11 @@ class CXLMPIError(Exception):
 
 class CXLMPIConfigError(CXLMPIError, ValueError):
     """A CXLMPI_* setting is malformed, or differs between ranks."""
+
+
+class CXLMPIMessageError(CXLMPIError, ValueError):
+    """A message's count or displacement puts it outside its buffer (or
+    makes its size in bytes overflow): MPI would read or write past it."""
 
 
 class CXLMPITimeoutError(CXLMPIError, TimeoutError):

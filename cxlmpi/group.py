@@ -28,14 +28,35 @@ from ._pool import Pool, check_layout, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
-__all__ = ["create_pool"]
+__all__ = ["create_pool", "check_agreed", "disagreement"]
 
 
-def _settings_key(cfg: config.Config) -> tuple:
-    # The settings the layout and the dispatch rules depend on.
-    return (cfg.pool, cfg.pool_size, cfg.arena_size, cfg.pool_groups, cfg.chunk_size,
-            cfg.rsag_threshold, cfg.zerocopy_threshold, cfg.coherence, cfg.disable,
-            sorted(cfg.windows().items()))
+def check_agreed(comm: MPI.Intracomm, cfg: config.Config | None = None) -> None:
+    """Collective over `comm`: raise CXLMPIConfigError on every rank, naming
+    the variables, when its ranks disagree on a setting of config.AGREED
+    (those that choose a call's path or the pool's layout: ranks that
+    disagree would take different paths and wait for each other forever).
+    Talks through a plain Intracomm on the same handle."""
+    mine = (cfg or config.get()).agreed()
+    error = disagreement(MPI.Intracomm(comm).allgather(mine))
+    if error is not None:
+        raise CXLMPIConfigError(error)
+
+
+def disagreement(everyone: list[dict]) -> str | None:
+    """What differs between the ranks' `Config.agreed()` values (by rank),
+    or None when they all agree."""
+    first = everyone[0]
+    differ = [name for name in first if any(vals[name] != first[name] for vals in everyone)]
+    if not differ:
+        return None
+    shown = "; ".join(
+        f"{name}: " + ", ".join(
+            f"rank {r} " + ("(other windows)" if name == "CXLMPI_TUNING" else repr(vals[name]))
+            for r, vals in enumerate(everyone) if r == 0 or vals[name] != first[name])
+        for name in differ)
+    return (f"CXLMPI_* settings differ between ranks ({shown}); launch every rank "
+            f"with the same {', '.join(differ)}")
 
 
 def _raise_any(comm: MPI.Intracomm, error: str | None, kind: type = CXLMPIPoolError) -> None:
@@ -53,12 +74,7 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
     if size < 2:
         return None
     cfg = config.get()
-    keys = comm.allgather(_settings_key(cfg))
-    if any(k != keys[0] for k in keys):
-        bad = [r for r, k in enumerate(keys) if k != keys[0]]
-        raise CXLMPIConfigError(
-            f"CXLMPI_* settings differ between ranks (ranks {bad} differ from "
-            f"rank 0); launch every rank with the same environment")
+    check_agreed(comm, cfg)
     spec = backends.parse_spec(cfg.pool)
     if cfg.coherence == "sw" and not cpu_features()["cache_flush"]:
         raise CXLMPIConfigError(

@@ -47,6 +47,7 @@ from mpi4py import MPI
 from . import config
 from ._pool import Pool
 from .comm import pool_for, run_pool
+from .group import check_agreed
 
 __all__ = ["bcast", "gather", "scatter", "allgather", "alltoall", "reduce",
            "allreduce", "POOL_CALLS"]
@@ -131,10 +132,23 @@ def _load(block: _Block) -> Any:
 
 # ------------------------------------------------------------- the decision
 
+# Set on a communicator once its ranks have agreed on the settings.
+_AGREED = MPI.Comm.Create_keyval()
+
+
 def _pool(comm: MPI.Intracomm) -> Pool | None:
-    """The pool of `comm` (collective on first use), or None: pass through."""
+    """The pool of `comm` (collective on first use), or None: pass through.
+    The first call on a communicator checks, in one allgather, that its
+    ranks agree on the settings (CXLMPI_OBJECTS above all): a rank without
+    the pool path would otherwise wait in stock MPI for ranks setting a
+    pool up."""
     cfg = config.get()
-    if cfg.disable or not cfg.objects or comm.Get_size() < 2:
+    if comm.Get_size() < 2:
+        return None
+    if comm.Get_attr(_AGREED) is None:
+        check_agreed(comm, cfg)
+        comm.Set_attr(_AGREED, True)
+    if cfg.disable or not cfg.objects:
         return None
     return pool_for(comm)
 

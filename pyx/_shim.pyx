@@ -325,6 +325,16 @@ cdef Message get_buffer(object o_buf, object o_type, bint writable):
     return m
 
 
+cdef object outside(str what, object nbytes, Py_ssize_t length):
+    """The error for a message whose `what` reaches `nbytes` bytes (a Python
+    int: it cannot wrap around) into a buffer of `length` bytes."""
+    from .errors import CXLMPIMessageError
+
+    return CXLMPIMessageError(
+        f"message: {what} reaches {nbytes} bytes but the buffer holds {length}; "
+        f"pass counts and displacements that fit the buffer")
+
+
 cpdef Message parse(object msg, bint writable, int blocks=0):
     """A `Message` for `msg`, or None when the pool cannot take it (an
     unsupported datatype, a GPU buffer, MPI.BOTTOM, or a message that stock
@@ -342,8 +352,15 @@ cpdef Message parse(object msg, bint writable, int blocks=0):
     try:
         if o_displ is not None:
             displ = o_displ.__index__()
-            if displ < 0 or displ * m.itemsize > length:
+            if displ < 0:
                 return None
+            # Compared in elements: displ x itemsize may wrap around.
+            if displ > length // m.itemsize:
+                if displ <= PY_SSIZE_T_MAX // m.itemsize:
+                    return None  # stock reports it (displacement out of bounds)
+                # stock's own check wraps around here: refuse it
+                raise outside(f"displacement {displ} of {m.datatype.Get_name()}",
+                              int(displ) * m.itemsize, length)
             offset = displ * m.itemsize
             length -= offset
         if o_count is not None:
@@ -356,10 +373,11 @@ cpdef Message parse(object msg, bint writable, int blocks=0):
             count = length // m.itemsize // nblocks
     except (TypeError, AttributeError, OverflowError):
         return None
-    if count * nblocks * m.itemsize > length:
-        raise ValueError(
-            f"message: {nblocks} x {count} of {m.datatype.Get_name()} needs "
-            f"{count * nblocks * m.itemsize} bytes but the buffer holds {length}")
+    # In elements, never in bytes: count x nblocks x itemsize may wrap around
+    # (2**61 + 1024 doubles "need" 8 KiB in 64 bits).
+    if count > length // m.itemsize // nblocks:
+        raise outside(f"{nblocks} x {count} of {m.datatype.Get_name()}",
+                      int(nblocks) * int(count) * m.itemsize, length)
     m.address += offset
     m.count = count
     m.nbytes = count * m.itemsize
@@ -411,10 +429,13 @@ def parse_vector(object msg, bint writable, int blocks):
             displs = as_counts(o_displs, blocks)
     except (TypeError, AttributeError, OverflowError):
         return None
+    from .errors import CXLMPIMessageError
+
+    # counts and displs are Python ints here: no sum or product wraps around.
     cdef Py_ssize_t length = m.view.len // m.itemsize
     for i in range(blocks):
         if counts[i] < 0 or displs[i] < 0 or displs[i] + counts[i] > length:
-            raise ValueError(
+            raise CXLMPIMessageError(
                 f"message: block {i} (displacement {displs[i]}, count "
                 f"{counts[i]}) runs outside a buffer of {length} elements")
     if writable:
@@ -422,9 +443,14 @@ def parse_vector(object msg, bint writable, int blocks):
                        if counts[i] > 0)
         for i in range(1, len(spans)):
             if spans[i][0] < spans[i - 1][1]:
-                raise ValueError(
+                raise CXLMPIMessageError(
                     f"message: receive blocks overlap at element {spans[i][0]}")
-    m.count = sum(counts)
+    total = sum(counts)  # blocks of a send buffer may overlap: up to blocks x length
+    if total > PY_SSIZE_T_MAX // m.itemsize:
+        raise CXLMPIMessageError(
+            f"message: {total} elements of {m.datatype.Get_name()} in all: "
+            f"more bytes than a buffer can hold")
+    m.count = total
     m.nbytes = m.count * m.itemsize
     return m, counts, displs
 
@@ -496,24 +522,43 @@ cdef inline uint64_t pairs_received(int me, object nbytes):
     return total
 
 
+# The header value of a rank whose own message was refused (a count or
+# displacement outside its buffer): never 1 + a block's bytes, which live in
+# memory.  Every rank that sees it raises, so none is left waiting.
+cdef uint64_t REFUSED = 0xFFFFFFFFFFFFFFFF
+
+
 cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
-                  int root=-1, uint64_t pairs=0):
+                  int root=-1, uint64_t pairs=0, object refused=None):
     """(pool, agreed) for a v-collective, or (None, 0) for MPI: in a header
     step every rank publishes 1 + its largest block (0: it cannot take the
     pool path) and its share of the block checksum (`pairs`), and all
-    decide alike from the maximum."""
+    decide alike from the maximum.  A rank that refused its message
+    (`refused`: the error) publishes REFUSED and raises it; the others
+    raise too."""
     if not eligible:
         return None, 0
     pool = pool_of(comm, which)
     if pool is None:
+        if refused is not None:
+            raise refused
         return None, 0
     cdef uint64_t agreed
     try:
-        agreed = pool.agree(local, COLLECTIVES[which], root, pairs)
+        agreed = pool.agree(REFUSED if refused is not None else local,
+                            COLLECTIVES[which], root, pairs)
     except PoolFailure as exc:
-        if exc.passed:  # a peer sent the call to MPI: so does this rank
+        if exc.passed and refused is None:  # a peer sent the call to MPI: follow
             return None, 0
         raise run_failed(comm, exc) from None
+    if refused is not None:
+        raise refused
+    if agreed == REFUSED:
+        from .errors import CXLMPIMessageError
+
+        raise CXLMPIMessageError(
+            f"cxlmpi: {COLLECTIVES[which]}: another rank's message runs outside "
+            f"its buffer (that rank raised the details)")
     if agreed == 0 or not within(which, (agreed - 1) * size):
         return None, 0
     return pool, agreed
@@ -524,20 +569,29 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
     """Gatherv / Scatterv: parse the root's vector message (`vbuf`, its
     counts in elements) and every rank's own block (`own`; at the root it
     may be IN_PLACE), then settle the path as `settle` does.  Returns (pool,
-    agreed, vector message, counts, displs, own message): pool None = MPI."""
+    agreed, vector message, counts, displs, own message): pool None = MPI.
+    Only the root reads `vbuf`: when its counts or displacements run outside
+    the buffer it raises, and the header step makes every rank raise."""
     cdef Message vmsg = None, mine = None
     cdef uint64_t local = 0
     eligible = not disabled and lo[which] != NEVER and 0 <= root < size
     counts = displs = None
     ok = eligible
+    refused = None
     if ok and rank == root:
-        vec = parse_vector(vbuf, vwritable, size)
+        try:
+            vec = parse_vector(vbuf, vwritable, size)
+        except ValueError as exc:
+            vec, refused = None, exc
         if vec is None:
             ok = False
         else:
             vmsg, counts, displs = vec
     if ok and not (rank == root and own is _IN_PLACE):
-        mine = parse(own, not vwritable)
+        try:
+            mine = parse(own, not vwritable)
+        except ValueError as exc:
+            mine, refused = None, exc
         ok = mine is not None and (rank != root or
                                    mine.nbytes == counts[rank] * vmsg.itemsize)
     cdef uint64_t pairs = 0
@@ -555,7 +609,7 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
             pairs = <uint64_t>pair_hash(rank, root, mine.nbytes)
         else:
             pairs = -<uint64_t>pair_hash(root, rank, mine.nbytes)
-    pool, agreed = settle(comm, which, eligible, local, size, root, pairs)
+    pool, agreed = settle(comm, which, eligible, local, size, root, pairs, refused)
     return pool, agreed, vmsg, counts, displs, mine
 
 
@@ -976,16 +1030,20 @@ class CommBase(_Intracomm):
         cdef uint64_t local = 0, pairs = 0
         eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
         rvec = svec = None
+        refused = None
         if eligible:
-            rvec = parse_vector(recvbuf, True, size)
-            svec = parse_vector(sendbuf, False, size)
+            try:
+                rvec = parse_vector(recvbuf, True, size)
+                svec = parse_vector(sendbuf, False, size)
+            except ValueError as exc:  # outside its buffer: every rank raises
+                refused = exc
             if rvec is not None and svec is not None:
                 send, scounts, sdispls = svec
                 recv, rcounts, rdispls = rvec
                 local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
                 pairs = (pairs_sent(self.Get_rank(), [c * send.itemsize for c in scounts])
                          + pairs_received(self.Get_rank(), [c * recv.itemsize for c in rcounts]))
-        pool, agreed = settle(self, ALLTOALLV, eligible, local, size, -1, pairs)
+        pool, agreed = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
         if pool is None:
             to_mpi(self)
             _Stock.Alltoallv(self, sendbuf, recvbuf)

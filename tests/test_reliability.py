@@ -326,3 +326,23 @@ def test_count_above_2_31_elements() -> None:
     job = launch_mpi(2, [LARGE_COUNT], timeout=240)
     assert job.returncode == 0, job.describe()
     assert "RESULT ok 2147483712" in job.stdout, job.describe()
+
+
+# ------------------------------------------- g. counts whose byte size wraps
+
+
+BAD_COUNTS = "tests/scripts/bad_counts.py"
+
+
+def test_absurd_counts_raise_on_every_rank() -> None:
+    """Counts and displacements whose byte size wraps a 64-bit integer
+    around (2**61 + 1024 doubles "fit" an 8 KiB buffer), in every message
+    form and collective, every rank passing the same: each call raises a
+    clear ValueError before touching memory (stock's own exception where
+    stock rejects the message), no crash, no hang, and the communicator is
+    still in step afterwards (an Allreduce equal to stock's)."""
+    env = dict(SMALL_POOL_ENV, CXLMPI_TIMEOUT="20")
+    job = launch_mpi(2, [BAD_COUNTS], env=env, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    checks = tagged_json(job.stdout, "CHECKS")
+    assert [name for name, ok in checks.items() if not ok] == [], job.describe()

@@ -276,7 +276,8 @@ def expected_info() -> dict:
             "    'mpi4py': mpi4py.__version__,\n"
             "    'library': MPI.Get_library_version().splitlines()[0].strip(),\n"
             "    'variables': [v.name for v in config.VARIABLES],\n"
-            "    'defaults': [v.default for v in config.VARIABLES]}))\n")
+            "    'defaults': [v.default for v in config.VARIABLES],\n"
+            "    'agreed': [v.agreed for v in config.VARIABLES]}))\n")
     return tagged_json(run_mpi(1, ["-c", code]).stdout, "EXPECT")
 
 
@@ -303,10 +304,11 @@ def test_info(expected_info: dict) -> None:
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
             if line.startswith("CXLMPI_")}
     assert list(rows) == expected_info["variables"]
-    for var, default in zip(expected_info["variables"], expected_info["defaults"]):
+    for var, default, agreed in zip(expected_info["variables"], expected_info["defaults"],
+                                    expected_info["agreed"]):
         shown = {"CXLMPI_POOL_SIZE": "1M", "CXLMPI_THRESHOLD": "8K",
                  "CXLMPI_COHERENCE": "sw"}.get(var, "(unset)")
-        assert rows[var][:2] == [shown, default], (var, rows[var])
+        assert rows[var][:3] == [shown, default, "same" if agreed else "any"], (var, rows[var])
 
 
 BAD_CONFIG = {
@@ -406,3 +408,29 @@ def test_numpy_is_not_imported_before_the_program(options: list[str]) -> None:
     code = "import sys; print('NUMPY', 'numpy' in sys.modules)"
     out = run_mpi(2, ["-m", "cxlmpi", *options, "-c", code])
     assert out.stdout.split().count("False") == 2, out.stdout
+
+
+# ------------------------------------------- settings every rank must share
+
+DISAGREE = "tests/scripts/disagree.py"
+
+
+@pytest.mark.parametrize("var, value, how", [
+    ("CXLMPI_OBJECTS", "1", "patch"),
+    ("CXLMPI_OBJECTS", "1", "objects"),
+    ("CXLMPI_OBJECTS", "1", "buffers"),
+    ("CXLMPI_THRESHOLD", "2M", "patch"),
+    ("CXLMPI_ALLOC", "1", "patch"),
+])
+def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how: str) -> None:
+    """One rank with another value of a setting that chooses the path:
+    every rank raises CXLMPIConfigError naming the variable (when cxlmpi is
+    patched in, at the first object collective, or when the pool is set up)
+    instead of the ranks taking different paths and waiting forever."""
+    job = launch_mpi(2, [DISAGREE, var, value, how], env={"CXLMPI_TIMEOUT": "20"},
+                     timeout=FAIL_TIMEOUT)
+    assert not job.timed_out and job.returncode != 0, job.describe()
+    raised = [line for line in job.stderr.splitlines()
+              if line.startswith("RAISED CXLMPIConfigError") and var in line]
+    assert len(raised) == 2, job.describe()
+    assert "FINISHED" not in job.stdout, job.describe()

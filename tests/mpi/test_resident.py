@@ -205,3 +205,39 @@ def test_arrays_outlive_their_communicator():
     dup.Free()
     a += 1                            # still mapped
     agree(float(a.sum()) == 1000.0, "array after Free")
+
+
+# Shapes whose size or byte size does not fit a Py_ssize_t (or wraps an
+# int64 product around to 0, or to a negative), and a negative dimension.
+ABSURD_SHAPES = [((1 << 61) - 8,), (1 << 61,), (1 << 31, 1 << 31, 4), (3, 1 << 62),
+                 (1 << 62, 2), (1 << 63,), (-1,), (4, -2)]
+
+
+@pytest.mark.parametrize("shape", ABSURD_SHAPES)
+@pytest.mark.parametrize("dtype", [np.uint8, np.float64])
+def test_absurd_shapes_refused_like_numpy(comm, shape, dtype):
+    """cxlmpi.empty refuses what np.empty refuses, with numpy's exception
+    and message (a MemoryError: the full arena's), before asking the arena
+    for anything (a byte size that wrapped around must never reach the
+    pool's allocator)."""
+    from cxlmpi.arrays import pool_of
+
+    pool = pool_of(comm)
+    free = pool.arena_free() if pool is not None else 0
+    try:
+        np.empty(shape, dtype)
+        want = None
+    except Exception as exc:  # noqa: BLE001 - compared with cxlmpi's
+        want = exc
+    try:
+        cxlmpi.empty(shape, dtype, comm=comm)
+        got = None
+    except Exception as exc:  # noqa: BLE001 - compared with numpy's
+        got = exc
+    # np.empty's MemoryError (no memory for it) is a full arena's here
+    if isinstance(want, MemoryError):  # numpy's is a subclass of its own
+        ok = isinstance(got, MemoryError)
+    else:
+        ok = want is not None and type(got) is type(want) and str(got) == str(want)
+    ok = ok and (pool is None or pool.arena_free() == free)
+    agree(ok, f"{shape} {dtype.__name__}: cxlmpi {got!r}, numpy {want!r}")

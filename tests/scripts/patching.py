@@ -1,12 +1,17 @@
 """`import cxlmpi.auto`, cxlmpi.patch() and cxlmpi.unpatch() in one job
 (tests/test_runner.py); rank 0 prints ``CHECKS <json>``: per rank, every
-check by name (true: passed)."""
+check by name (true: passed).  The predefined communicators and their
+copies (free, Free, pickle, copy, fromhandle, comparisons, Dup & co.) are
+observed unpatched and patched in the same job and must look the same."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
+import pickle
 import sys
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -20,6 +25,75 @@ def say(line: str) -> None:
     """Print `line` in one write: ranks' lines never interleave."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def _outcome(call, *args) -> Any:
+    """What `call(*args)` returns, or the name of the exception it raises."""
+    try:
+        return call(*args)
+    except Exception as exc:  # noqa: BLE001 - the exception is the outcome
+        return f"raises {type(exc).__name__}"
+
+
+def _seen(comm: MPI.Comm, source: MPI.Comm) -> tuple:
+    """How a communicator made from `source` looks: truthiness, equality,
+    identity, null-ness, handle, and whether the constants are intact."""
+    return (bool(comm), comm == source, comm is source, comm is MPI.COMM_WORLD,
+            comm == MPI.COMM_NULL, comm.handle == source.handle,
+            comm.handle == MPI.COMM_NULL.handle, bool(MPI.COMM_WORLD),
+            bool(MPI.COMM_SELF))
+
+
+def _seen_made(make, comm: MPI.Comm, source: MPI.Comm) -> tuple:
+    return _seen(make(comm), source)
+
+
+def behaviours() -> dict[str, Any]:
+    """Everything about the predefined communicators (whichever objects
+    MPI.COMM_WORLD / COMM_SELF are now) and their copies that a program can
+    observe; the same function runs unpatched (stock) and patched."""
+    world, self_ = MPI.COMM_WORLD, MPI.COMM_SELF
+    out: dict[str, Any] = {}
+    for name, const in (("world", world), ("self", self_)):
+        clone = type(const)(const)
+        out[f"{name} copy"] = _seen(clone, const)
+        out[f"{name} copy free()"] = (_outcome(clone.free), _seen(clone, const))
+        clone = type(const)(const)
+        out[f"{name} copy Free()"] = (_outcome(clone.Free), _seen(clone, const))
+        plain = MPI.Intracomm(const)
+        out[f"{name} plain copy free()"] = (_outcome(plain.free), _seen(plain, const))
+        out[f"{name} free()"] = (_outcome(const.free), _seen(const, const))
+        out[f"{name} Free()"] = (_outcome(const.Free), _seen(const, const))
+        for how, make in (("pickle", lambda c: pickle.loads(pickle.dumps(c))),
+                          ("copy", copy.copy), ("deepcopy", copy.deepcopy)):
+            out[f"{name} {how}"] = _outcome(_seen_made, make, const, const)
+            out[f"{name} {how} of a copy"] = _outcome(
+                _seen_made, make, type(const)(const), const)
+            out[f"{name} {how} of a plain copy"] = _outcome(
+                _seen_made, make, MPI.Intracomm(const), const)
+        out[f"{name} == plain"] = (const == MPI.Intracomm(const),
+                                   MPI.Intracomm(const) == const,
+                                   const != MPI.Intracomm(const))
+        out[f"{name} Compare plain"] = MPI.Comm.Compare(const, MPI.Intracomm(const))
+        out[f"{name} f2py"] = _seen(MPI.Comm.f2py(const.py2f()), const)
+        out[f"{name} fromhandle"] = _seen(MPI.Comm.fromhandle(const.handle), const)
+        out[f"{name} type(...).fromhandle"] = _seen(type(const).fromhandle(const.handle), const)
+    for make in ("Dup", "Clone", "Split", "Create"):
+        if make == "Create":
+            group = world.Get_group()
+            dup = world.Create(group)
+            group.Free()
+        else:
+            dup = getattr(world, make)()
+        out[f"{make} equal, Compare"] = (dup == world, MPI.Comm.Compare(dup, world))
+        for how, fn in (("pickle", lambda c: pickle.loads(pickle.dumps(c))),
+                        ("copy", copy.copy), ("deepcopy", copy.deepcopy)):
+            out[f"{make} {how}"] = _outcome(_seen_made, fn, dup, dup)
+        clone = type(dup)(dup)
+        out[f"{make} copy"] = _seen(clone, dup)
+        clone.free()  # frees the communicator (stock: a copy's free() frees it)
+        out[f"{make} copy free()"] = (_seen(clone, dup), _outcome(dup.Free))
+    return out
 
 
 def main() -> None:
@@ -41,6 +115,18 @@ def main() -> None:
 
     checks["import_does_not_patch"] = (not cxlmpi.is_patched()
                                        and MPI.COMM_WORLD is STOCK_WORLD)
+
+    # Every observable behaviour of the constants and their copies, stock
+    # and then patched, in the same job.
+    stock = behaviours()
+    cxlmpi.patch()
+    patched = behaviours()
+    cxlmpi.unpatch()
+    for name, seen in stock.items():
+        ok = patched.get(name) == seen
+        checks[f"like stock: {name}"] = ok
+        if not ok:
+            say(f"rank {rank}: {name}: stock {seen}, patched {patched.get(name)}")
 
     importlib.import_module("cxlmpi.auto")
     from mpi4py.MPI import COMM_SELF, COMM_WORLD

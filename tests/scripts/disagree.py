@@ -1,0 +1,49 @@
+"""Ranks that disagree on a setting every rank must share
+(tests/test_runner.py): `disagree.py VAR VALUE HOW` sets VAR=VALUE in rank
+0's environment only, before cxlmpi reads its settings, then makes the
+calls HOW says -- ``patch`` (cxlmpi.patch(), then an object bcast),
+``objects`` (a wrapped communicator's object bcast first) or ``buffers``
+(a wrapped communicator's large Allreduce first).  Each must fail on every
+rank with a CXLMPIConfigError naming VAR, not hang; a rank that gets
+through prints ``FINISHED``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+
+def main() -> None:
+    var, value, how = sys.argv[1:4]
+    rank = MPI.COMM_WORLD.Get_rank()
+    if rank == 0:
+        os.environ[var] = value
+    import cxlmpi
+
+    if how == "patch":
+        cxlmpi.patch()
+        comm = MPI.COMM_WORLD
+    else:
+        comm = cxlmpi.wrap(MPI.COMM_WORLD.Dup())
+    big = list(range(1 << 16))  # a pickle far above CXLMPI_THRESHOLD
+    if how != "buffers":
+        got = comm.bcast(big if rank == 0 else None, root=0)
+        assert got == big
+    data = np.arange(1 << 17, dtype=np.float64)
+    out = np.empty_like(data)
+    comm.Allreduce(data, out)
+    got = comm.bcast(big if rank == 0 else None, root=0)
+    assert got == big
+    sys.stdout.write(f"FINISHED {rank}\n")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as exc:
+        sys.stderr.write(f"RAISED {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        raise
