@@ -228,6 +228,7 @@ class Device:
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
         self._thread_lock = threading.Lock()
         self.claims: dict[int, int] = {}   # entry -> token, claimed here
+        self.pid = os.getpid()             # a forked child releases nothing
 
     # Table words, always written back / re-read from memory.
     def _load(self, word: int, n: int = 1) -> list[int]:
@@ -430,6 +431,8 @@ class Device:
         """This rank is done with partition `entry` (token `token`).  Its
         leader marks it released; whoever finds no rank still attached to a
         released partition frees it (the last one out, or the next claim)."""
+        if os.getpid() != self.pid:
+            return  # a child made by fork(): the partition is its parent's
         leader = self.claims.pop(entry, None) == token
         with self.locked():
             word = self._entry_word(entry)
