@@ -226,7 +226,8 @@ class Device:
                               mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._words = memoryview(self._map).cast("Q")
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
-        self._thread_lock = threading.Lock()
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0               # nesting of locked() in the holding thread
         self.claims: dict[int, int] = {}   # entry -> token, claimed here
         self.pid = os.getpid()             # a forked child releases nothing
 
@@ -298,8 +299,17 @@ class Device:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the table lock: a file lock among this host's processes, and
-        Fischer's protocol on the lock line among hosts."""
+        Fischer's protocol on the lock line among hosts.  Re-entrant in the
+        holding thread: a pool whose last array a garbage collection frees
+        in the middle of claim() releases its partition right there."""
         with self._thread_lock:
+            if self._lock_depth:
+                self._lock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth -= 1
+                return
             fcntl.lockf(self.fd, fcntl.LOCK_EX, 8, 0)
             try:
                 token = secrets.randbits(63) | 1
@@ -318,9 +328,11 @@ class Device:
                     time.sleep(FISCHER_DELAY_S)
                     if self._load(word)[0] == token:
                         break
+                self._lock_depth = 1
                 try:
                     yield
                 finally:
+                    self._lock_depth = 0
                     self._store(word, [0, 0, 0, 0])
             finally:
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 0)

@@ -11,6 +11,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -365,3 +366,22 @@ def test_arrays_alive_at_exit_give_the_partition_back(kind: str, tmp_path: Path,
         assert dev.entries() == []
     finally:
         dev.close()
+
+
+def test_release_while_the_table_lock_is_held(tmp_path: Path) -> None:
+    """A pool's last array collected by a garbage collection that runs inside
+    claim() (the table lock held by this very thread) releases its partition
+    there: it must not wait for itself."""
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 64 * MIB)}")
+    entry, token, _, _ = dev.claim(MIB, 1)
+    done: list[bool] = []
+
+    def nested() -> None:
+        with dev.locked():
+            dev.release(entry, token)
+        done.append(True)
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done == [True] and dev.entries() == []
