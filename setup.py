@@ -12,7 +12,7 @@ COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function"]
 
 extensions = [
     Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
-              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_kernels.h"]),
+              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_kernels.h", "pyx/cxl_alloc.h"]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
               extra_compile_args=COMPILE_ARGS),
     # The NumPy allocation hook (NEP 49): the only part built against NumPy.

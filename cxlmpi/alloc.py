@@ -8,12 +8,14 @@ Arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and more allocated by NumPy in this
 thread (NumPy keeps its handler per context: threads started afterwards use
 NumPy's default) come from a region of this rank's arena in COMM_WORLD's
 pool, reserved for good: such arrays stay valid after communicators are
-freed and up to interpreter exit.  When the region is full, or for smaller
+freed and up to interpreter exit.  When the region is full, when /dev/shm
+cannot hold more (one warning), in a child made by fork(), or for smaller
 arrays, NumPy's own allocator is used.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.abc
 import importlib.machinery
 import sys
@@ -27,6 +29,7 @@ from .comm import arena_pool
 __all__ = ["enable", "disable", "active", "stats"]
 
 _region: Any = None   # the reserved PoolBuffer: never released
+_backing: tuple[int, int] = (-1, 0)   # the file behind it and its offset there
 
 
 def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
@@ -35,16 +38,18 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
     time: reserve `fraction` of this rank's arena and make NumPy allocate
     arrays of at least `threshold` bytes there.  False when the communicator
     has no pool (nothing to share)."""
-    global _region
+    global _region, _backing
     threshold = config.get().zerocopy_threshold if threshold is None else threshold
     if _region is None:
         pool = arena_pool(comm)
-        if pool is None:
+        if pool is None or pool.inherited:
             return False
         nbytes = int(pool.arena_free() * fraction) // 4096 * 4096
         if nbytes < threshold:
             return False
-        _region = pool.allocate(nbytes)
+        # Address space only: the hook reserves each block as it hands it out.
+        _region = pool.allocate(nbytes, reserve=False)
+        _backing = (pool.fd, pool.file_offset + _region.offset)
     if "numpy" in sys.modules:
         _install(threshold)
     else:
@@ -56,9 +61,20 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
 
 
 def _install(threshold: int) -> None:
-    from . import _alloc
+    from . import _alloc, _pool
 
-    _alloc.install(_region.address, _region.nbytes, threshold)
+    _alloc.install(_region.address, _region.nbytes, threshold, _backing[0], _backing[1],
+                   _pool.no_space_notice())
+
+
+@atexit.register
+def _retire() -> None:
+    """At exit (before cxlmpi.comm gives the pools back): NumPy's arrays stop
+    coming from the pool, whose partition may soon be another job's."""
+    if "cxlmpi._alloc" in sys.modules:
+        from . import _alloc
+
+        _alloc.retire()
 
 
 class _NumpyWatcher(importlib.abc.MetaPathFinder):

@@ -6,15 +6,18 @@ maps, so that collectives on them move each byte the fewest times.
     comm.Allreduce(a, b)        # peers read a and write b in place
 
 Each rank allocates from its own arena of the pool (CXLMPI_ARENA_SIZE per
-rank; first fit, freed blocks coalesce; the GIL serializes allocations, so
-threads may allocate at once).  An array is an ordinary numpy array: its
+rank; first fit, freed blocks coalesce; a C allocator with its own lock, so
+threads may allocate at once and a garbage collection may free an array in
+the middle of another's allocation).  An array is an ordinary numpy array: its
 memory goes back to the arena when it is garbage-collected, and it keeps the
 pool mapped, so it stays valid after its communicator is freed and at exit.
 
 Setting a communicator's pool up is collective: the first of these calls on
 a communicator must be made by all of its ranks (as the first collective
 would be).  On a communicator without a pool (one rank, or no two ranks
-sharing memory) they return ordinary numpy arrays.
+sharing memory), in a child made by fork() (the pool is its parent's), and
+when /dev/shm or the pool file cannot hold the array (one warning per
+process) they return ordinary numpy arrays.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ._pool import PoolNoSpace
 from .comm import arena_pool as pool_of
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
@@ -42,10 +46,13 @@ def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
     if order not in ("C", "F"):
         raise ValueError("order must be 'C' or 'F'")
     pool = pool_of(comm)  # collective the first time: before any refusal
-    if pool is None:
+    if pool is None or pool.inherited:
         return np.empty(shape, dt, order)
-    buf = pool.allocate(_nbytes(shape, dt))
     count = math.prod(shape)
+    try:
+        buf = pool.allocate(_nbytes(shape, dt))
+    except PoolNoSpace:
+        return np.empty(shape, dt, order)   # the pool said so, once
     flat = np.frombuffer(buf, dtype=dt, count=count)
     return flat.reshape(shape, order=order)
 

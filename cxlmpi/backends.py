@@ -226,8 +226,10 @@ class Device:
                               mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._words = memoryview(self._map).cast("Q")
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
-        self._thread_lock = threading.Lock()
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0               # nesting of locked() in the holding thread
         self.claims: dict[int, int] = {}   # entry -> token, claimed here
+        self.pid = os.getpid()             # a forked child releases nothing
 
     # Table words, always written back / re-read from memory.
     def _load(self, word: int, n: int = 1) -> list[int]:
@@ -297,8 +299,17 @@ class Device:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the table lock: a file lock among this host's processes, and
-        Fischer's protocol on the lock line among hosts."""
+        Fischer's protocol on the lock line among hosts.  Re-entrant in the
+        holding thread: a pool whose last array a garbage collection frees
+        in the middle of claim() releases its partition right there."""
         with self._thread_lock:
+            if self._lock_depth:
+                self._lock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth -= 1
+                return
             fcntl.lockf(self.fd, fcntl.LOCK_EX, 8, 0)
             try:
                 token = secrets.randbits(63) | 1
@@ -317,9 +328,11 @@ class Device:
                     time.sleep(FISCHER_DELAY_S)
                     if self._load(word)[0] == token:
                         break
+                self._lock_depth = 1
                 try:
                     yield
                 finally:
+                    self._lock_depth = 0
                     self._store(word, [0, 0, 0, 0])
             finally:
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 0)
@@ -430,6 +443,8 @@ class Device:
         """This rank is done with partition `entry` (token `token`).  Its
         leader marks it released; whoever finds no rank still attached to a
         released partition frees it (the last one out, or the next claim)."""
+        if os.getpid() != self.pid:
+            return  # a child made by fork(): the partition is its parent's
         leader = self.claims.pop(entry, None) == token
         with self.locked():
             word = self._entry_word(entry)

@@ -16,8 +16,14 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from . import _shim, config, progress
-from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
-from .errors import CXLMPIError, CXLMPIMismatchError, CXLMPIPeerError, CXLMPITimeoutError
+from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
+from .errors import (
+    CXLMPIError,
+    CXLMPIMismatchError,
+    CXLMPIPeerError,
+    CXLMPIPoolError,
+    CXLMPITimeoutError,
+)
 from .group import create_pool
 from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
 from .hierarchy import Hierarchy
@@ -72,21 +78,33 @@ _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
 
 @atexit.register
 def _close_at_exit() -> None:
-    """Unmap the pools of communicators never freed, so that a partition of
-    a pool file or device is given back when the job ends (MPI has no
-    collective left to run: each rank lets go of its own mappings)."""
+    """Let go of the pools of communicators never freed, so that a partition
+    of a pool file or device is given back when the job ends (MPI has no
+    collective left to run: each rank lets go of its own mappings).  This
+    runs before cxlmpi.backends closes the devices (atexit is last in, first
+    out); pool arrays still alive keep their memory until the process ends
+    (Pool.detach).  In a child made by fork() it touches nothing shared."""
     for state in list(_states.values()):
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
-            pool.close()
+            pool.detach()
 
 
 def _state_for(comm: MPI.Intracomm) -> _State:
     """Collective: set up the pool state of `comm` on its first pool call.
     The set-up talks through a plain Intracomm on the same handle: its
-    lower-case (object) collectives must not come back here."""
+    lower-case (object) collectives must not come back here.  A pool that
+    /dev/shm (or the pool file) cannot hold leaves the communicator with MPI
+    alone, with one warning (every rank sees the same error: all agree)."""
     plain = MPI.Intracomm(comm)
-    pool = create_pool(plain)
+    try:
+        pool = create_pool(plain)
+    except CXLMPIPoolError as exc:
+        if NO_SPACE not in str(exc):
+            raise
+        warn_no_space("a communicator's pool (its collectives go to MPI)",
+                      config.get().pool_size)
+        pool = None
     state = _State(pool, progress.attach(pool, plain) if config.get().progress else None)
     _states[comm.handle] = state
     comm.Set_attr(_KEYVAL, state)

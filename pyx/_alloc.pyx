@@ -2,16 +2,21 @@
 """The NumPy allocation hook (NEP 49): arrays of at least a threshold are
 placed in pool memory, so that unmodified programs get the zero-copy paths.
 
-`install(address, nbytes, threshold)` hands NumPy a handler whose large
-allocations come from [address, address + nbytes) - a block of this rank's
-arena that cxlmpi.alloc reserves for good - and whose small ones (and frees
-of memory it did not allocate) go to the handler that was in place.  The
+`install(address, nbytes, threshold, fd, fd_offset, notice)` hands NumPy a
+handler whose large allocations come from [address, address + nbytes) - a
+block of this rank's arena that cxlmpi.alloc takes for good, file `fd` at
+`fd_offset` behind it - and whose small ones (and frees of memory it did not
+allocate) go to the handler that was in place.  Each block is reserved in
+the file before NumPy gets it; when /dev/shm is full the handler uses NumPy's
+allocator instead and calls `notice` (once per process: cxlmpi._pool).  The
 handler's state is never freed: arrays may outlive everything else, up to
-interpreter exit.
+interpreter exit.  In a child made by fork() it hands out no pool memory and
+frees of the parent's blocks are no-ops; `retire()` (at exit) does the same.
 """
 
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport malloc
+from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset, strncpy
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_GetPointer
 
@@ -20,10 +25,11 @@ cimport numpy as cnp
 cnp.import_array()
 
 cdef extern from "cxl_alloc.h" nogil:
+    ctypedef void (*cxl_notice_fn)(const char *what, size_t nbytes)
     ctypedef struct cxl_arena:
         size_t nbytes
-        size_t live_blocks
         size_t live_bytes
+        int retired
     ctypedef struct cxl_np_allocator:
         void *ctx
     ctypedef struct cxl_hook:
@@ -31,9 +37,11 @@ cdef extern from "cxl_alloc.h" nogil:
         size_t threshold
         cxl_np_allocator fallback
         size_t pool_allocs
-    void cxl_arena_init(cxl_arena *a, char *base, size_t nbytes)
+    void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
+                        int64_t fd_offset, cxl_notice_fn notice, const char *what)
     size_t cxl_arena_free_bytes(cxl_arena *a)
-    int cxl_arena_owns(const cxl_arena *a, const void *p)
+    size_t cxl_arena_live_blocks(cxl_arena *a)
+    int dup(int fd)
     void *cxl_hook_malloc(void *ctx, size_t size)
     void *cxl_hook_calloc(void *ctx, size_t nelem, size_t elsize)
     void *cxl_hook_realloc(void *ctx, void *ptr, size_t new_size)
@@ -56,11 +64,15 @@ cdef extern from "numpy/arrayobject.h":
 cdef cxl_hook *hook = NULL
 cdef object hook_capsule = None
 cdef object previous = None
+cdef const char *HOOK_WHAT = b"NumPy's arrays (--alloc: private memory now)"
 
 
-def install(uintptr_t address, size_t nbytes, size_t threshold):
+def install(uintptr_t address, size_t nbytes, size_t threshold, int fd=-1,
+            int64_t fd_offset=0, uintptr_t notice=0):
     """Make NumPy place arrays of `threshold` bytes and more in the region
-    (once per process; later calls only change the threshold)."""
+    (once per process; later calls only change the threshold).  `fd`: the
+    file behind the region (its offset `fd_offset`), through which blocks
+    are reserved; `notice`: a cxl_notice_fn told when that fails."""
     global hook, hook_capsule, previous
     if hook != NULL:
         hook.threshold = threshold
@@ -74,7 +86,8 @@ def install(uintptr_t address, size_t nbytes, size_t threshold):
     cdef PyDataMem_Handler *handler = <PyDataMem_Handler *>malloc(sizeof(PyDataMem_Handler))
     if h == NULL or handler == NULL:
         raise MemoryError()
-    cxl_arena_init(&h.arena, <char *>address, nbytes)
+    cxl_arena_init(&h.arena, <char *>address, 0, nbytes, dup(fd) if fd >= 0 else -1,
+                   fd_offset, <cxl_notice_fn>notice, HOOK_WHAT)
     h.threshold = threshold
     h.pool_allocs = 0
     memcpy(&h.fallback, &old.allocator, sizeof(PyDataMemAllocator))
@@ -89,6 +102,13 @@ def install(uintptr_t address, size_t nbytes, size_t threshold):
     hook = h
     hook_capsule = PyCapsule_New(handler, "mem_handler", NULL)
     PyDataMem_SetHandler(hook_capsule)
+
+
+def retire():
+    """From now on (the process is exiting, its pool given back) NumPy gets
+    no more pool memory and frees of pool arrays are no-ops."""
+    if hook != NULL:
+        hook.arena.retired = 1
 
 
 def uninstall():
@@ -110,5 +130,6 @@ def stats():
                 "live_bytes": 0, "pool_allocs": 0}
     return {"threshold": hook.threshold, "region_bytes": hook.arena.nbytes,
             "free_bytes": cxl_arena_free_bytes(&hook.arena),
-            "live_arrays": hook.arena.live_blocks, "live_bytes": hook.arena.live_bytes,
+            "live_arrays": cxl_arena_live_blocks(&hook.arena),
+            "live_bytes": hook.arena.live_bytes,
             "pool_allocs": hook.pool_allocs}

@@ -47,6 +47,7 @@ from posix.stat cimport struct_stat, fstat, S_IRWXG, S_IRWXO
 from libc.string cimport strerror, memset
 from posix.types cimport off_t
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT
+cimport cython
 
 import os
 import secrets
@@ -1083,6 +1084,94 @@ class PoolError(OSError):
     """A segment could not be created, opened or mapped."""
 
 
+class PoolNoSpace(MemoryError):
+    """The memory behind the pool (/dev/shm, the pool file) cannot hold more."""
+
+
+# Pool memory is reserved before it is used (fallocate on the backing file):
+# tmpfs allocates pages only at first touch, and a full /dev/shm (a
+# container's 64 MiB) would otherwise kill the process with SIGBUS.  What
+# cannot be reserved falls back - private memory for arrays, MPI for a pool
+# that cannot be created - and the process says so once (cxl_no_space).
+NO_SPACE = "not enough shared memory"
+
+cdef extern from *:
+    """
+    #include <stdio.h>
+    static int cxl_warned_no_space = 0;
+    static void cxl_no_space(const char *what, size_t nbytes)
+    {
+        if (__atomic_exchange_n(&cxl_warned_no_space, 1, __ATOMIC_ACQ_REL)) return;
+        fprintf(stderr, "cxlmpi: warning: not enough shared memory (/dev/shm or the "
+                "pool file is full) for %zu more bytes of %s. Give the job more "
+                "(e.g. docker run --shm-size=1g) or lower CXLMPI_POOL_SIZE / "
+                "CXLMPI_ARENA_SIZE; this warning is not repeated.\\n", nbytes, what);
+        fflush(stderr);
+    }
+    """
+    void cxl_no_space(const char *what, size_t nbytes) nogil
+
+cdef extern from "cxl_alloc.h" nogil:
+    ctypedef void (*cxl_notice_fn)(const char *what, size_t nbytes)
+    ctypedef struct cxl_arena:
+        size_t nbytes
+        int retired
+    int CXL_ALLOC_OK
+    int CXL_ALLOC_FULL
+    int CXL_ALLOC_NOSPACE
+    void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
+                        int64_t fd_offset, cxl_notice_fn notice, const char *what)
+    void cxl_arena_destroy(cxl_arena *a)
+    int cxl_arena_alloc(cxl_arena *a, size_t size, int reserve, size_t *offset)
+    void cxl_arena_free(cxl_arena *a, size_t off)
+    size_t cxl_arena_free_bytes(cxl_arena *a)
+    int fallocate(int fd, int mode, off_t offset, off_t length)
+    int dup(int fd)
+    int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE, EINTR
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_atfork(void (*prepare)() noexcept nogil, void (*parent)() noexcept nogil,
+                       void (*child)() noexcept nogil)
+
+cdef const char *ARENA_WHAT = (b"pool-resident arrays (cxlmpi.empty & co. return private "
+                               b"arrays now)")
+
+# The process this module runs in: a child made by fork() gets its own pid
+# here, and leaves every pool it inherited alone (see Pool.inherited).
+cdef int64_t this_pid = getpid()
+
+
+cdef void after_fork_in_child() noexcept nogil:
+    global this_pid
+    this_pid = getpid()
+
+
+pthread_atfork(NULL, NULL, after_fork_in_child)
+
+
+def warn_no_space(str what, size_t nbytes):
+    """Say, once per process, that `nbytes` of pool memory for `what` could
+    not be had (later calls, and the NumPy hook's, stay silent)."""
+    cxl_no_space(what.encode(), nbytes)
+
+
+def no_space_notice():
+    """Address of the C function behind warn_no_space (for the NumPy hook)."""
+    return <uintptr_t>cxl_no_space
+
+
+cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
+    """Back [offset, offset + nbytes) of `fd` with memory now; 0, or the
+    errno (0 too where the file cannot reserve: devdax needs no reserving)."""
+    cdef int rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    while rc != 0 and errno == EINTR:
+        rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    if rc == 0 or errno == EOPNOTSUPP or errno == ENODEV or errno == ENOSYS \
+            or errno == ESPIPE:
+        return 0
+    return errno
+
+
 cdef class Pool:
     """One mapped segment and this rank's view of it (one per communicator).
 
@@ -1099,9 +1188,13 @@ cdef class Pool:
     cdef public int rsag_min_ranks
     cdef public object release   # called once after close (frees a partition)
     cdef public size_t zerocopy_min_nbytes
-    cdef list free_blocks        # this rank's arena: free (offset, nbytes), sorted
+    cdef cxl_arena arena         # this rank's arena (cxl_alloc.h: no Python inside)
     cdef size_t live             # PoolBuffers alive (they keep the mapping)
     cdef bint closing
+    cdef bint detached           # exiting: line cleared, partition given back
+    cdef readonly int fd         # the backing file, for reserving memory
+    cdef readonly size_t file_offset  # where the mapping starts in it
+    cdef int64_t pid             # the process that mapped the pool
 
     def __cinit__(self):
         self.st.base = NULL
@@ -1109,22 +1202,37 @@ cdef class Pool:
         self.unlinked = True
         self.live = 0
         self.closing = False
-        self.free_blocks = []
+        self.detached = False
+        self.fd = -1
+        self.file_offset = 0
+        self.pid = this_pid
+        memset(&self.arena, 0, sizeof(cxl_arena))
 
     def __dealloc__(self):
         self._unmap()
+        cxl_arena_destroy(&self.arena)
 
     cdef _unmap(self):
+        """Let go of the segment.  Only the process that mapped it clears its
+        control line and removes the name; a forked child, and a process
+        detached at exit (arrays may still be used), keep the mapping until
+        they exit and touch nothing shared."""
         cdef uint64_t *line
+        cdef bint mine = self.pid == this_pid
         if self.st.base != NULL:
-            if self.st.size > 0:  # set up: mark this rank's line detached
-                line = seq_ptr(&self.st, self.st.rank)
+            if mine and not self.detached and self.st.size > 0:
+                line = seq_ptr(&self.st, self.st.rank)  # this rank is gone
                 line[ATTACHED_WORD] = 0
                 cxl_flush(line, CTRL_NBYTES, 0)
-            munmap(self.st.base, self.nbytes)
+            if mine and not self.detached:
+                munmap(self.st.base, self.nbytes)
             self.st.base = NULL
+        if self.fd >= 0:
+            close(self.fd)
+            self.fd = -1
         if not self.unlinked:
-            shm_unlink(self.name.encode())
+            if mine:
+                shm_unlink(self.name.encode())
             self.unlinked = True
 
     @staticmethod
@@ -1163,18 +1271,18 @@ cdef class Pool:
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
         pool.unlinked = False
+        pool.fd = fd                # kept: arena blocks are reserved through it
         try:
             if ftruncate(fd, total) != 0:
                 raise PoolError(errno, f"ftruncate({name}, {total}): "
                                        f"{strerror(errno).decode()}")
             pool._map(fd, 0, total)
             if numa_node >= 0:
-                bind_node(pool.st.base, total, numa_node)
+                bind_node(pool.st.base, total, numa_node)  # before any page exists
+            pool._reserve_segment(pool_nbytes)
         except BaseException:
-            close(fd)
             pool._unmap()
             raise
-        close(fd)
         pool._format(nranks, 0, pool_nbytes, arena_nbytes)
         pool._setup(rank)
         return pool
@@ -1191,6 +1299,7 @@ cdef class Pool:
         cdef struct_stat sb
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
+        pool.fd = fd                # kept: arena blocks are reserved through it
         try:
             if fstat(fd, &sb) != 0:
                 raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
@@ -1199,8 +1308,9 @@ cdef class Pool:
             if <size_t>sb.st_size != total:
                 raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {total}")
             pool._map(fd, 0, total)
-        finally:
-            close(fd)
+        except BaseException:
+            pool._unmap()
+            raise
         pool._verify(nranks, 0, pool_nbytes, arena_nbytes)
         pool._setup(rank)
         return pool
@@ -1216,8 +1326,11 @@ cdef class Pool:
         check_layout(nranks, nbytes)
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
+        pool.fd = dup(fd)           # arena blocks are reserved through it
+        pool.file_offset = offset
         pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
         if create:
+            pool._reserve_segment(nbytes)
             pool._format(nranks, token, nbytes, arena_nbytes)
         else:
             pool._verify(nranks, token, nbytes, arena_nbytes)
@@ -1232,6 +1345,16 @@ cdef class Pool:
                                    f"{strerror(errno).decode()}")
         self.st.base = <char *>addr
         self.nbytes = nbytes
+
+    cdef _reserve_segment(self, size_t nbytes):
+        """Back the header, control lines and slots (the first `nbytes`)
+        with memory now, so that no collective ever meets a SIGBUS."""
+        cdef int err
+        with nogil:
+            err = reserve_file(self.fd, self.file_offset, nbytes)
+        if err:
+            raise PoolError(err, f"{NO_SPACE} for the pool {self.name} ({nbytes} bytes, "
+                                 f"CXLMPI_POOL_SIZE): {strerror(err).decode()}")
 
     cdef _format(self, int nranks, uint64_t token, size_t pool_nbytes,
                  size_t arena_nbytes):
@@ -1285,8 +1408,9 @@ cdef class Pool:
         self.zerocopy_min_nbytes = 256 * 1024
         self.st.arena_offset = h.arena_offset
         if h.arena_nbytes:
-            self.free_blocks = [(h.arena_offset + <size_t>rank * h.arena_nbytes,
-                                 h.arena_nbytes)]
+            cxl_arena_init(&self.arena, self.st.base,
+                           h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
+                           self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
         cdef uint64_t *line = seq_ptr(&self.st, rank)
         (<int64_t *>line)[1] = getpid()
         line[HOST_WORD] = host_id
@@ -1311,53 +1435,74 @@ cdef class Pool:
     cdef _finish_close(self):
         self._unmap()
         release, self.release = self.release, None
-        if release is not None:
+        if release is not None and self.pid == this_pid:
             release()
+
+    def detach(self):
+        """The process is exiting: no more collectives or allocations; this
+        rank's control line says it is gone and a claimed partition is given
+        back now, while the device is still open.  Arrays still alive keep
+        their memory mapped until the process ends (nothing of the pool is
+        written again)."""
+        self.closing = True
+        self.arena.retired = 1
+        if self.live == 0:
+            self._finish_close()
+            return
+        cdef uint64_t *line
+        if self.pid == this_pid and not self.detached and self.st.base != NULL \
+                and self.st.size > 0:
+            line = seq_ptr(&self.st, self.st.rank)
+            line[ATTACHED_WORD] = 0
+            cxl_flush(line, CTRL_NBYTES, 0)
+        self.detached = True
+        release, self.release = self.release, None
+        if release is not None and self.pid == this_pid:
+            release()
+
+    @property
+    def inherited(self):
+        """True in a child made by fork(): the pool is its parent's, and the
+        child may neither allocate from it nor run collectives in it."""
+        return self.pid != this_pid
 
     # ------------------------------------------------ pool-resident memory
 
-    def allocate(self, size_t nbytes):
+    def allocate(self, size_t nbytes, bint reserve=True):
         """A PoolBuffer of `nbytes` in this rank's arena (first fit, 64-byte
-        aligned; 4 KiB for 64 KiB and more).  MemoryError when it is full."""
+        aligned; 4 KiB for 64 KiB and more), its memory reserved in the
+        backing file unless `reserve` is False.  MemoryError when the arena
+        is full; PoolNoSpace (a MemoryError) when /dev/shm or the pool file
+        cannot hold it; ValueError when closed or in a forked child."""
         self._check()
-        cdef size_t align = 4096 if nbytes >= 65536 else 64
-        cdef size_t need = (max(nbytes, 1) + align - 1) // align * align
-        cdef size_t off, size, start, pad
-        cdef int i
-        for i in range(len(self.free_blocks)):
-            off, size = self.free_blocks[i]
-            start = (off + align - 1) // align * align
-            pad = start - off
-            if size >= pad + need:
-                rest = [(off, pad)] if pad else []
-                if size > pad + need:
-                    rest.append((start + need, size - pad - need))
-                self.free_blocks[i:i + 1] = rest
-                return PoolBuffer._new(self, start, nbytes, need, False)
-        cdef header_t *h = <header_t *>self.st.base
+        cdef size_t off = 0
+        cdef int rc
+        with nogil:   # a C allocator: no Python (no collection) inside
+            rc = cxl_arena_alloc(&self.arena, nbytes, reserve, &off)
+        if rc == CXL_ALLOC_OK:
+            try:
+                return PoolBuffer._new(self, off, nbytes, True, False)
+            except BaseException:
+                cxl_arena_free(&self.arena, off)
+                raise
+        if rc == CXL_ALLOC_NOSPACE:
+            raise PoolNoSpace(f"cxlmpi: {NO_SPACE} for {nbytes} bytes of pool-resident "
+                              f"arrays (/dev/shm or the pool file is full)")
+        if rc != CXL_ALLOC_FULL:
+            self._check()
+            raise ValueError("pool is closed")
         raise MemoryError(
             f"cxlmpi: no room for {nbytes} bytes among this rank's pool-resident "
-            f"arrays ({h.arena_nbytes} bytes, {self.arena_free()} free in "
-            f"{len(self.free_blocks)} pieces); raise CXLMPI_ARENA_SIZE")
+            f"arrays ({self.arena.nbytes} bytes, {self.arena_free()} free); raise "
+            f"CXLMPI_ARENA_SIZE")
 
-    cdef _give_back(self, size_t off, size_t size):
-        """Return a block to the arena, merging it with free neighbours."""
-        blocks = self.free_blocks
-        cdef int i = 0
-        while i < len(blocks) and blocks[i][0] < off:
-            i += 1
-        if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == off:
-            i -= 1
-            off, size = blocks[i][0], blocks[i][1] + size
-            del blocks[i]
-        if i < len(blocks) and off + size == blocks[i][0]:
-            size += blocks[i][1]
-            del blocks[i]
-        blocks.insert(i, (off, size))
+    cdef _give_back(self, size_t off):
+        """Return a block to the arena (a no-op in a forked child)."""
+        cxl_arena_free(&self.arena, off)
 
     def arena_free(self):
         """Free bytes in this rank's arena."""
-        return sum(size for _, size in self.free_blocks)
+        return cxl_arena_free_bytes(&self.arena)
 
     def arena_nbytes(self):
         """Bytes of each rank's arena (0: no pool-resident arrays)."""
@@ -1378,7 +1523,7 @@ cdef class Pool:
         if offset < self.st.arena_offset or offset + nbytes > self.nbytes \
                 or offset + nbytes < offset:
             raise ValueError(f"offset {offset} + {nbytes} bytes is outside the arenas")
-        return PoolBuffer._new(self, offset, nbytes, 0, True)
+        return PoolBuffer._new(self, offset, nbytes, False, True)
 
     @property
     def closed(self):
@@ -1435,6 +1580,10 @@ cdef class Pool:
         return [q for q, s in enumerate(self.seqs()) if s < self.st.step]
 
     cdef _check(self):
+        if self.pid != this_pid:
+            raise ValueError("this pool belongs to the parent process: a child made "
+                             "by fork() can neither allocate from it nor run "
+                             "collectives in it")
         if self.st.base == NULL or self.closing:
             raise ValueError("pool is closed")
 
@@ -1773,6 +1922,7 @@ cdef class Pool:
 cdef char *BYTE_FORMAT = "B"
 
 
+@cython.no_gc_clear   # a collected cycle holding it must still give its block back
 cdef class PoolBuffer:
     """Memory in a pool's arenas, exported through the buffer protocol (what
     cxlmpi.empty wraps in a numpy array).  An allocation of this rank's
@@ -1781,19 +1931,19 @@ cdef class PoolBuffer:
     cdef Pool pool
     cdef readonly size_t offset
     cdef readonly size_t nbytes
-    cdef size_t reserved          # bytes taken from the arena (0: a view)
+    cdef bint owns_block          # an allocation of this rank's arena (not a view)
     cdef readonly bint readonly
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
 
     @staticmethod
-    cdef PoolBuffer _new(Pool pool, size_t offset, size_t nbytes, size_t reserved,
+    cdef PoolBuffer _new(Pool pool, size_t offset, size_t nbytes, bint owns_block,
                          bint readonly):
         cdef PoolBuffer b = PoolBuffer.__new__(PoolBuffer)
         b.pool = pool
         b.offset = offset
         b.nbytes = nbytes
-        b.reserved = reserved
+        b.owns_block = owns_block
         b.readonly = readonly
         pool.live += 1
         return b
@@ -1826,8 +1976,8 @@ cdef class PoolBuffer:
     def __dealloc__(self):
         if self.pool is None:
             return
-        if self.reserved:
-            self.pool._give_back(self.offset, self.reserved)
+        if self.owns_block:
+            self.pool._give_back(self.offset)
         self.pool.live -= 1
         if self.pool.closing and self.pool.live == 0:
             self.pool._finish_close()

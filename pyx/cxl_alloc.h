@@ -1,114 +1,250 @@
-/* cxl_alloc.h - a thread-safe first-fit allocator over one region of pool
- * memory, and the NumPy allocation handler (NEP 49) built on it.
+/* cxl_alloc.h - a thread-safe first-fit allocator over one range of pool
+ * memory (a rank's arena: cxlmpi.empty & co.; a region of it: the NumPy
+ * allocation handler, NEP 49, also here).
  *
- * NumPy may call the handler without the GIL, from any thread, so the
- * allocator keeps its own mutex.  Free blocks form an address-ordered list
- * kept inside the free memory itself; every block starts with a 64-byte
- * header (its size), so data stays 64-byte aligned and free/realloc know the
- * size.  Neighbouring free blocks merge on free.
+ * Safe against re-entry and threads: the allocator runs no Python code and
+ * keeps its own mutex (NumPy may call the handler without the GIL, and a
+ * garbage collection may free a pool array while another is allocated).
+ * Its bookkeeping - free extents and live blocks, each a sorted array of
+ * (offset, size) - lives in private (malloc'd) memory, never in the pool:
+ * a free writes nothing there, and a block's memory is touched only by its
+ * user.  Offsets are from `base`; data is 64-byte aligned (4 KiB from
+ * 64 KiB).  Neighbouring free extents merge.
+ *
+ * Pool memory is reserved before it is handed out: on tmpfs (/dev/shm)
+ * pages are only allocated at first touch, so a full filesystem would kill
+ * the process with SIGBUS there.  A block beyond the reserved prefix of the
+ * arena is first fallocate()d in the backing file; when that fails the
+ * allocation fails (CXL_ALLOC_NOSPACE, `notice` called once) and so does
+ * every later one that needs more, and the caller uses private memory.
+ *
+ * Fork: the arena belongs to the process that made it.  In a child made by
+ * fork() it hands nothing out and frees are no-ops (the child shares the
+ * pool memory with its parent; the parent goes on allocating from it).
  */
 #ifndef CXL_ALLOC_H
 #define CXL_ALLOC_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define CXL_ALLOC_HEAD 64
+#define CXL_ALLOC_OK 0
+#define CXL_ALLOC_FULL 1        /* no free extent is large enough */
+#define CXL_ALLOC_NOSPACE 2     /* the backing file cannot hold more */
+#define CXL_ALLOC_NOT_OWNER 3   /* a forked child, or the arena was retired */
 
-typedef struct cxl_free_block {
-    size_t size;                    /* bytes of the block, header included */
-    struct cxl_free_block *next;    /* next free block at a higher address */
-} cxl_free_block;
+typedef void (*cxl_notice_fn)(const char *what, size_t nbytes);
 
 typedef struct {
-    char *base;
-    size_t nbytes;
-    cxl_free_block *free_list;
-    pthread_mutex_t lock;
-    size_t live_blocks;
+    size_t off, size;
+} cxl_extent;
+
+typedef struct {
+    cxl_extent *v;
+    size_t n, cap;
+} cxl_extents;
+
+typedef struct {
+    char *base;                 /* offsets are from here */
+    size_t lo, nbytes;          /* the arena: [lo, lo + nbytes) */
+    cxl_extents free_list;      /* free extents, by offset */
+    cxl_extents live;           /* live blocks, by offset */
     size_t live_bytes;
+    pthread_mutex_t lock;
+    int64_t pid;                /* the owner: other processes never touch it */
+    int retired;                /* the process is exiting: hand nothing out */
+    int fd;                     /* backing file (-1: nothing to reserve) */
+    int64_t fd_offset;          /* file offset of `base` */
+    size_t reserved;            /* [lo, reserved) is known to be backed */
+    int no_space;               /* a reservation failed: reserve no more */
+    cxl_notice_fn notice;       /* told (once per failure kind) about no_space */
+    const char *what;           /* what the arena holds, for the notice */
 } cxl_arena;
 
-static void cxl_arena_init(cxl_arena *a, char *base, size_t nbytes)
+static int cxl_extents_insert(cxl_extents *x, size_t at, size_t off, size_t size)
 {
-    uintptr_t start = ((uintptr_t)base + CXL_ALLOC_HEAD - 1) & ~(uintptr_t)(CXL_ALLOC_HEAD - 1);
-    nbytes -= start - (uintptr_t)base;
-    nbytes &= ~(size_t)(CXL_ALLOC_HEAD - 1);
-    a->base = (char *)start;
-    a->nbytes = nbytes;
-    a->live_blocks = a->live_bytes = 0;
-    pthread_mutex_init(&a->lock, NULL);
-    a->free_list = NULL;
-    if (nbytes >= 2 * CXL_ALLOC_HEAD) {
-        a->free_list = (cxl_free_block *)a->base;
-        a->free_list->size = nbytes;
-        a->free_list->next = NULL;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 16;
+        cxl_extent *v = (cxl_extent *)realloc(x->v, cap * sizeof(cxl_extent));
+        if (!v) return -1;
+        x->v = v;
+        x->cap = cap;
     }
+    memmove(x->v + at + 1, x->v + at, (x->n - at) * sizeof(cxl_extent));
+    x->v[at].off = off;
+    x->v[at].size = size;
+    x->n += 1;
+    return 0;
+}
+
+static void cxl_extents_remove(cxl_extents *x, size_t at)
+{
+    memmove(x->v + at, x->v + at + 1, (x->n - at - 1) * sizeof(cxl_extent));
+    x->n -= 1;
+}
+
+/* First index whose offset is >= off. */
+static size_t cxl_extents_find(const cxl_extents *x, size_t off)
+{
+    size_t a = 0, b = x->n;
+    while (a < b) {
+        size_t m = (a + b) / 2;
+        if (x->v[m].off < off) a = m + 1; else b = m;
+    }
+    return a;
+}
+
+static void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
+                           int64_t fd_offset, cxl_notice_fn notice, const char *what)
+{
+    memset(a, 0, sizeof(*a));
+    a->base = base;
+    a->lo = lo;
+    a->nbytes = nbytes;
+    a->pid = getpid();
+    a->fd = fd;
+    a->fd_offset = fd_offset;
+    a->reserved = lo;
+    a->notice = notice;
+    a->what = what;
+    pthread_mutex_init(&a->lock, NULL);
+    if (nbytes) cxl_extents_insert(&a->free_list, 0, lo, nbytes);
+}
+
+static void cxl_arena_destroy(cxl_arena *a)
+{
+    if (a->pid == getpid()) pthread_mutex_destroy(&a->lock);
+    free(a->free_list.v);
+    free(a->live.v);
+    memset(a, 0, sizeof(*a));
+}
+
+static inline int cxl_arena_mine(const cxl_arena *a)
+{
+    return !__atomic_load_n(&a->retired, __ATOMIC_ACQUIRE) && a->pid == getpid();
 }
 
 static inline int cxl_arena_owns(const cxl_arena *a, const void *p)
 {
-    return (const char *)p >= a->base && (const char *)p < a->base + a->nbytes;
+    const char *c = (const char *)p;
+    return a->nbytes && c >= a->base + a->lo && c < a->base + a->lo + a->nbytes;
 }
 
-/* Bytes usable in the block at data pointer p. */
-static inline size_t cxl_arena_usable(const void *p)
+/* Back [off, end) with memory of the file (under the lock).  0: done (or
+ * nothing to do: no file, or one that allocates no pages, like devdax). */
+static int cxl_arena_reserve(cxl_arena *a, size_t off, size_t end)
 {
-    return *(const size_t *)((const char *)p - CXL_ALLOC_HEAD) - CXL_ALLOC_HEAD;
-}
-
-static void *cxl_arena_alloc(cxl_arena *a, size_t size)
-{
-    if (size > a->nbytes) return NULL;
-    size_t need = (size + 2 * CXL_ALLOC_HEAD - 1) & ~(size_t)(CXL_ALLOC_HEAD - 1);
-    void *out = NULL;
-    pthread_mutex_lock(&a->lock);
-    cxl_free_block **link = &a->free_list;
-    for (cxl_free_block *b = a->free_list; b; link = &b->next, b = b->next) {
-        if (b->size < need) continue;
-        if (b->size - need >= 2 * CXL_ALLOC_HEAD) {     /* split: keep the tail free */
-            cxl_free_block *rest = (cxl_free_block *)((char *)b + need);
-            rest->size = b->size - need;
-            rest->next = b->next;
-            *link = rest;
-        } else {
-            need = b->size;
-            *link = b->next;
+    if (end <= a->reserved || a->fd < 0) return 0;
+    if (a->no_space) return -1;
+    size_t from = off <= a->reserved ? a->reserved : off;
+    int rc;
+    do {
+        rc = fallocate(a->fd, 0, (off_t)(a->fd_offset + (int64_t)from),
+                       (off_t)(end - from));
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+        if (errno == EOPNOTSUPP || errno == ENODEV || errno == ENOSYS || errno == ESPIPE) {
+            a->fd = -1;             /* memory that needs no reserving */
+            return 0;
         }
-        *(size_t *)b = need;
-        out = (char *)b + CXL_ALLOC_HEAD;
-        a->live_blocks += 1;
+        a->no_space = 1;
+        return -1;
+    }
+    if (off <= a->reserved) a->reserved = end;
+    return 0;
+}
+
+/* A block of at least `size` bytes: *offset, or a CXL_ALLOC_* code.  With
+ * `reserve` 0 the block's memory is not reserved (a region the caller
+ * reserves piecewise itself). */
+static int cxl_arena_alloc(cxl_arena *a, size_t size, int reserve, size_t *offset)
+{
+    if (!cxl_arena_mine(a)) return CXL_ALLOC_NOT_OWNER;
+    size_t align = size >= 65536 ? 4096 : 64;
+    if (size == 0) size = 1;
+    if (size > a->nbytes) return CXL_ALLOC_FULL;
+    size_t need = (size + align - 1) & ~(align - 1);
+    int rc = CXL_ALLOC_FULL;
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->free_list.n; i++) {
+        cxl_extent e = a->free_list.v[i];
+        size_t start = (e.off + align - 1) & ~(align - 1);
+        if (start - e.off + need > e.size) continue;
+        if (reserve && cxl_arena_reserve(a, start, start + need) != 0) {
+            rc = CXL_ALLOC_NOSPACE;
+            break;
+        }
+        size_t at = cxl_extents_find(&a->live, start);
+        if (cxl_extents_insert(&a->live, at, start, need) != 0) break;
+        size_t tail = e.off + e.size - (start + need);
+        if (start > e.off) {                    /* keep the padding free */
+            a->free_list.v[i].size = start - e.off;
+            if (tail && cxl_extents_insert(&a->free_list, i + 1, start + need, tail) != 0) {
+                a->free_list.v[i].size = e.size;
+                cxl_extents_remove(&a->live, at);
+                break;
+            }
+        } else if (tail) {
+            a->free_list.v[i].off = start + need;
+            a->free_list.v[i].size = tail;
+        } else {
+            cxl_extents_remove(&a->free_list, i);
+        }
         a->live_bytes += need;
+        *offset = start;
+        rc = CXL_ALLOC_OK;
         break;
     }
     pthread_mutex_unlock(&a->lock);
-    return out;
+    if (rc == CXL_ALLOC_NOSPACE && a->notice) a->notice(a->what, need);
+    return rc;
 }
 
-static void cxl_arena_free(cxl_arena *a, void *p)
+/* Bytes of the live block at `off` (0: none there). */
+static size_t cxl_arena_block(cxl_arena *a, size_t off, int locked)
 {
-    cxl_free_block *blk = (cxl_free_block *)((char *)p - CXL_ALLOC_HEAD);
-    size_t size = *(size_t *)blk;
+    size_t n = 0;
+    if (locked) pthread_mutex_lock(&a->lock);
+    size_t at = cxl_extents_find(&a->live, off);
+    if (at < a->live.n && a->live.v[at].off == off) n = a->live.v[at].size;
+    if (locked) pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+/* Give the block at `off` back (a no-op outside the owner process). */
+static void cxl_arena_free(cxl_arena *a, size_t off)
+{
+    if (!cxl_arena_mine(a)) return;
     pthread_mutex_lock(&a->lock);
-    a->live_blocks -= 1;
-    a->live_bytes -= size;
-    cxl_free_block *prev = NULL, *next = a->free_list;
-    while (next && next < blk) { prev = next; next = next->next; }
-    blk->size = size;
-    blk->next = next;
-    if (next && (char *)blk + blk->size == (char *)next) {      /* merge up */
-        blk->size += next->size;
-        blk->next = next->next;
-    }
-    if (prev && (char *)prev + prev->size == (char *)blk) {     /* merge down */
-        prev->size += blk->size;
-        prev->next = blk->next;
-    } else if (prev) {
-        prev->next = blk;
-    } else {
-        a->free_list = blk;
+    size_t at = cxl_extents_find(&a->live, off);
+    if (at < a->live.n && a->live.v[at].off == off) {
+        size_t size = a->live.v[at].size;
+        cxl_extents_remove(&a->live, at);
+        a->live_bytes -= size;
+        cxl_extents *f = &a->free_list;
+        size_t i = cxl_extents_find(f, off);
+        int down = i > 0 && f->v[i - 1].off + f->v[i - 1].size == off;
+        int up = i < f->n && off + size == f->v[i].off;
+        if (down && up) {
+            f->v[i - 1].size += size + f->v[i].size;
+            cxl_extents_remove(f, i);
+        } else if (down) {
+            f->v[i - 1].size += size;
+        } else if (up) {
+            f->v[i].off = off;
+            f->v[i].size += size;
+        } else {
+            cxl_extents_insert(f, i, off, size);    /* no memory: the block leaks */
+        }
     }
     pthread_mutex_unlock(&a->lock);
 }
@@ -116,16 +252,22 @@ static void cxl_arena_free(cxl_arena *a, void *p)
 static size_t cxl_arena_free_bytes(cxl_arena *a)
 {
     size_t n = 0;
-    pthread_mutex_lock(&a->lock);
-    for (cxl_free_block *b = a->free_list; b; b = b->next) n += b->size;
-    pthread_mutex_unlock(&a->lock);
+    int mine = cxl_arena_mine(a);
+    if (mine) pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->free_list.n; i++) n += a->free_list.v[i].size;
+    if (mine) pthread_mutex_unlock(&a->lock);
     return n;
+}
+
+static size_t cxl_arena_live_blocks(cxl_arena *a)
+{
+    return a->live.n;
 }
 
 /* ------------------------------------------------- the NumPy handler
  * Arrays of at least `threshold` bytes come from the arena (when it has
- * room); everything else, and whatever the arena did not allocate, goes to
- * the handler that was in place before. */
+ * room and may hand memory out); everything else, and whatever the arena
+ * did not allocate, goes to the handler that was in place before. */
 
 typedef struct {
     void *ctx;
@@ -142,14 +284,20 @@ typedef struct {
     size_t pool_allocs;   /* arrays placed in the pool so far */
 } cxl_hook;
 
+static void *cxl_hook_pool_alloc(cxl_hook *h, size_t size)
+{
+    size_t off;
+    if (size < h->threshold || cxl_arena_alloc(&h->arena, size, 1, &off) != CXL_ALLOC_OK)
+        return NULL;
+    __atomic_add_fetch(&h->pool_allocs, 1, __ATOMIC_RELAXED);
+    return h->arena.base + off;
+}
+
 static void *cxl_hook_malloc(void *ctx, size_t size)
 {
     cxl_hook *h = (cxl_hook *)ctx;
-    if (size >= h->threshold) {
-        void *p = cxl_arena_alloc(&h->arena, size);
-        if (p) { __atomic_add_fetch(&h->pool_allocs, 1, __ATOMIC_RELAXED); return p; }
-    }
-    return h->fallback.malloc(h->fallback.ctx, size);
+    void *p = cxl_hook_pool_alloc(h, size);
+    return p ? p : h->fallback.malloc(h->fallback.ctx, size);
 }
 
 static void *cxl_hook_calloc(void *ctx, size_t nelem, size_t elsize)
@@ -158,13 +306,10 @@ static void *cxl_hook_calloc(void *ctx, size_t nelem, size_t elsize)
     size_t size;
     if (__builtin_mul_overflow(nelem, elsize, &size))
         return h->fallback.calloc(h->fallback.ctx, nelem, elsize);
-    if (size >= h->threshold) {
-        void *p = cxl_arena_alloc(&h->arena, size);
-        if (p) {
-            memset(p, 0, size);
-            __atomic_add_fetch(&h->pool_allocs, 1, __ATOMIC_RELAXED);
-            return p;
-        }
+    void *p = cxl_hook_pool_alloc(h, size);
+    if (p) {
+        memset(p, 0, size);
+        return p;
     }
     return h->fallback.calloc(h->fallback.ctx, nelem, elsize);
 }
@@ -172,24 +317,29 @@ static void *cxl_hook_calloc(void *ctx, size_t nelem, size_t elsize)
 static void cxl_hook_free(void *ctx, void *ptr, size_t size)
 {
     cxl_hook *h = (cxl_hook *)ctx;
-    if (ptr && cxl_arena_owns(&h->arena, ptr)) cxl_arena_free(&h->arena, ptr);
-    else h->fallback.free(h->fallback.ctx, ptr, size);
+    if (ptr && cxl_arena_owns(&h->arena, ptr))
+        cxl_arena_free(&h->arena, (size_t)((char *)ptr - h->arena.base));
+    else
+        h->fallback.free(h->fallback.ctx, ptr, size);
 }
 
 static void *cxl_hook_realloc(void *ctx, void *ptr, size_t new_size)
 {
     cxl_hook *h = (cxl_hook *)ctx;
-    if (ptr && cxl_arena_owns(&h->arena, ptr)) {
-        size_t old = cxl_arena_usable(ptr);
-        if (new_size <= old && new_size >= h->threshold) return ptr;
-        void *p = cxl_hook_malloc(ctx, new_size);
-        if (!p) return NULL;
-        memcpy(p, ptr, old < new_size ? old : new_size);
-        cxl_arena_free(&h->arena, ptr);
-        return p;
-    }
     if (!ptr) return cxl_hook_malloc(ctx, new_size);
-    return h->fallback.realloc(h->fallback.ctx, ptr, new_size);
+    if (!cxl_arena_owns(&h->arena, ptr))
+        return h->fallback.realloc(h->fallback.ctx, ptr, new_size);
+    size_t off = (size_t)((char *)ptr - h->arena.base);
+    int mine = cxl_arena_mine(&h->arena);
+    /* a forked child reads its private copy of the table unlocked: a
+     * parent's thread may have held the lock at the fork */
+    size_t old = cxl_arena_block(&h->arena, off, mine);
+    if (mine && new_size <= old && new_size >= h->threshold) return ptr;
+    void *p = cxl_hook_malloc(ctx, new_size);
+    if (!p) return NULL;
+    memcpy(p, ptr, old < new_size ? old : new_size);
+    cxl_arena_free(&h->arena, off);
+    return p;
 }
 
 #endif

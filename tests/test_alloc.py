@@ -5,9 +5,13 @@ give stock MPI's results."""
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
-from harness import run_mpi
+from harness import ROOT, mpi_env, mpiexec, run_mpi
 
 SCRIPT = "tests/scripts/alloc_hook.py"
 ENV = {"CXLMPI_ZEROCOPY_THRESHOLD": "64K", "CXLMPI_ARENA_SIZE": "64M",
@@ -34,3 +38,52 @@ def test_off_by_default() -> None:
     for got in findings(out.stdout):
         assert not got["active"] and not got["a_in_pool"], got
         assert got["allreduce_ok"] and got["bcast_ok"] and got["after_free_ok"], got
+
+
+@pytest.mark.parametrize("pool", ["shm", "file"])
+def test_forked_child_never_touches_the_parent_pool(pool: str, tmp_path) -> None:
+    """A forked child's allocations are private, its frees of inherited pool
+    arrays and its pool close are no-ops for the parent: the parent's later
+    pool arrays keep their contents, and every rank stays attached."""
+    env = dict(ENV, CXLMPI_POOL="shm" if pool == "shm" else f"file:{tmp_path / 'pool'}")
+    out = run_mpi(2, ["-m", "cxlmpi", "--alloc", "tests/scripts/fork_child.py"], env=env)
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("FORK ")]
+    for rank, got in enumerate(json.loads(line[len("FORK "):])):
+        assert got["hooked"] and got["later_in_pool"], (rank, got)
+        assert got["child_hook_private"] and got["child_empty_private"], (rank, got)
+        assert got["child_sees_inherited"] and got["parent_arrays_intact"], (rank, got)
+        assert got["allreduce_ok"], (rank, got)
+        if pool == "file":
+            assert got["attached"] == [0, 1], (rank, got)
+
+
+def _small_shm_job(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The job of tests/scripts/small_shm.py on 2 ranks in a private mount
+    namespace whose /dev/shm is a 64 MiB tmpfs (Docker's default)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c",
+                            "mount -t tmpfs -o size=64m tmpfs /dev/shm"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("private mount namespaces are not permitted here")
+    cmd = " ".join(shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, "-m",
+                                            "cxlmpi", "--alloc", "tests/scripts/small_shm.py"])
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {cmd}"],
+        cwd=ROOT, env=mpi_env(env), capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize("pool_size", ["64M", "4M"])
+def test_small_dev_shm_never_sigbus(pool_size: str) -> None:
+    """64M: the pool itself cannot be had (MPI pass-through); 4M: the pool
+    can, the 32 MiB arrays mostly cannot (private memory).  Either way the
+    results equal stock MPI's and each rank warns once."""
+    out = _small_shm_job({"CXLMPI_POOL_SIZE": pool_size, "CXLMPI_TUNING": "pool",
+                          "CXLMPI_TIMEOUT": "60"})
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("SMALL ")]
+    assert all(r["ok"] for r in json.loads(line[len("SMALL "):])), line
+    warnings = [x for x in out.stderr.splitlines() if x.startswith("cxlmpi: warning")]
+    assert 1 <= len(warnings) <= 2, out.stderr[-4000:]
+    assert "shared memory" in warnings[0], warnings

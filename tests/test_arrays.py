@@ -3,6 +3,8 @@ this process (the collectives on pool arrays run in tests/mpi/test_resident.py).
 
 from __future__ import annotations
 
+import gc
+import os
 import random
 import threading
 
@@ -116,3 +118,179 @@ def test_residency_is_by_address(pool) -> None:
     private = np.zeros(10)
     assert pool.offset_of(private.__array_interface__["data"][0], 80) == -1
     assert pool.offset_of(b.address, ARENA * 4) == -1
+
+
+def _no_overlap(bufs: list) -> bool:
+    spans = sorted((b.offset, b.offset + b.nbytes) for b in bufs)
+    return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+class _Cycle:
+    """Garbage that only the cycle collector frees."""
+
+    def __init__(self, buf) -> None:
+        self.buf = buf
+        self.me = self
+
+
+def test_collection_inside_allocate_never_overlaps(pool) -> None:
+    """A pool array held only by a garbage cycle, freed by a collection that
+    runs inside `allocate`: later arrays never overlap live ones, and every
+    byte comes back.  (The collector runs at the first fresh container
+    allocation once its count is past the threshold: collections are held
+    off while the count grows, and CPython's list and tuple freelists are
+    drained so that `allocate`'s own containers are fresh.)"""
+    block = 64 * 1024
+    inside = []
+    allocating = [False]
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and allocating[0]:
+            inside.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        for _ in range(5):
+            gc.disable()
+            first = pool.allocate(block)
+            _Cycle(np.frombuffer(pool.allocate(block), np.uint8))  # garbage, in between
+            third = pool.allocate(block)
+            drain = ([(i, -i) for i in range(5000)], [[i] for i in range(500)])
+            allocating[0] = True
+            gc.enable()
+            try:
+                fourth = pool.allocate(block)
+            finally:
+                allocating[0] = False
+            del drain
+            gc.collect()
+            live = [first, third, fourth]
+            try:
+                while True:
+                    live.append(pool.allocate(block))
+            except MemoryError:
+                pass
+            assert _no_overlap(live)
+            assert pool.arena_free() < block
+            del first, third, fourth, live
+            gc.collect()
+            assert pool.arena_free() == ARENA
+    finally:
+        gc.enable()
+        gc.callbacks.remove(seen)
+    if not inside:
+        pytest.skip("this Python never collected inside allocate")
+
+
+def test_threads_and_collections_never_overlap(pool) -> None:
+    """Threads allocating while collections free cycle-held arrays at any
+    point: live arrays never overlap and keep their contents."""
+    errors: list = []
+    thresholds = gc.get_threshold()
+    gc.set_threshold(5)
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = []
+        for _ in range(300):
+            try:
+                b = pool.allocate(rng.choice([64, 1000, 8192]))
+            except MemoryError:
+                mine.clear()
+                continue
+            np.frombuffer(b, np.uint8)[:] = seed
+            if rng.random() < 0.5:
+                _Cycle(b)
+            else:
+                mine.append(b)
+            if len(mine) > 6:
+                old = mine.pop(0)
+                if not np.all(np.frombuffer(old, np.uint8) == seed):
+                    errors.append("overwritten")
+    try:
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.set_threshold(*thresholds)
+    gc.collect()
+    assert errors == [] and pool.arena_free() == ARENA
+
+
+def _in_child(body) -> None:
+    """Run `body()` in a forked child; fail with its exception, if any."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            body()
+            msg = b"ok"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            msg = repr(exc).encode()
+        os.write(write, msg)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        msg = f.read()
+    os.waitpid(pid, 0)
+    assert msg == b"ok", msg.decode()
+
+
+def test_forked_child_leaves_the_parent_pool_alone(pool) -> None:
+    """A forked child cannot allocate from its parent's arena (it would get
+    the parent's next array), and its frees and close are no-ops there."""
+    inherited = pool.allocate(4096)
+    np.frombuffer(inherited, np.uint8)[:] = 5
+    go_read, go_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(go_write)
+            os.read(go_read, 1)                  # the parent has allocated
+            try:
+                child = pool.allocate(4096)
+            except ValueError:
+                child = None
+            else:
+                np.frombuffer(child, np.uint8)[:] = 7
+            del child
+            pool.close()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(go_read)
+    parent = pool.allocate(4096)
+    np.frombuffer(parent, np.uint8)[:] = 1
+    free = pool.arena_free()
+    os.write(go_write, b"x")
+    os.close(go_write)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert np.all(np.frombuffer(parent, np.uint8) == 1)
+    assert np.all(np.frombuffer(inherited, np.uint8) == 5)
+    assert pool.arena_free() == free and not pool.closed
+    more = pool.allocate(4096)
+    assert _no_overlap([inherited, parent, more])
+
+
+def test_forked_child_frees_inherited_arrays_as_no_ops(pool) -> None:
+    inherited = pool.allocate(8192)
+    keep = pool.allocate(8192)
+    free = pool.arena_free()
+
+    def body() -> None:
+        nonlocal inherited
+        inherited = None                         # a no-op for the parent's arena
+        with pytest.raises(ValueError, match="fork"):
+            pool.allocate(64)
+        pool.close()
+    _in_child(body)
+    assert pool.arena_free() == free
+    del inherited
+    assert pool.arena_free() == free + 8192
+    assert _no_overlap([keep, pool.allocate(8192)])

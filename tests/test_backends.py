@@ -11,11 +11,12 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from cxlmpi._pool import Pool
-from harness import ROOT, mpi_env
+from harness import ROOT, SMALL_POOL_ENV, mpi_env, run_mpi
 
 from cxlmpi import backends, config
 from cxlmpi.errors import CXLMPIConfigError, CXLMPIPoolError
@@ -340,3 +341,47 @@ def test_pool_status_and_reset(tmp_path: Path) -> None:
     assert fresh(spec).entries() == []
     out = cli("--pool-status")
     assert out.returncode == 2 and "no partition table" in out.stderr
+
+
+
+@pytest.mark.parametrize("kind", ["file", "dax"])
+def test_arrays_alive_at_exit_give_the_partition_back(kind: str, tmp_path: Path,
+                                                       monkeypatch) -> None:
+    """A plain `mpiexec python app.py` whose pool arrays are alive at exit:
+    the Allreduce on them equals stock MPI's, nothing is raised at exit, and
+    the partition table is empty afterwards."""
+    env = dict(SMALL_POOL_ENV)
+    if kind == "file":
+        env["CXLMPI_POOL"] = f"file:{tmp_path / 'pool'}"
+    else:
+        device = make_file(tmp_path / "dax0.0", 256 * MIB)
+        env["CXLMPI_SYSFS"] = str(dax_fixture(tmp_path / "sys", "dax0.0", 256 * MIB, None))
+        env["CXLMPI_POOL"] = f"dax:{device}"
+        monkeypatch.setenv("CXLMPI_SYSFS", env["CXLMPI_SYSFS"])
+    out = run_mpi(2, ["tests/scripts/exit_arrays.py"], env=env)
+    assert "EXIT [true, true]" in out.stdout.splitlines(), out.stdout
+    assert "Traceback" not in out.stderr and "Exception" not in out.stderr, out.stderr
+    dev = backends._open(backends.parse_spec(env["CXLMPI_POOL"]), create=False)
+    try:
+        assert dev.entries() == []
+    finally:
+        dev.close()
+
+
+def test_release_while_the_table_lock_is_held(tmp_path: Path) -> None:
+    """A pool's last array collected by a garbage collection that runs inside
+    claim() (the table lock held by this very thread) releases its partition
+    there: it must not wait for itself."""
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 64 * MIB)}")
+    entry, token, _, _ = dev.claim(MIB, 1)
+    done: list[bool] = []
+
+    def nested() -> None:
+        with dev.locked():
+            dev.release(entry, token)
+        done.append(True)
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done == [True] and dev.entries() == []
