@@ -171,11 +171,14 @@ class Hierarchy:
 
     # ------------------------------------------------ gathers, header step
 
-    def agree(self, value: int) -> int:
+    def agree(self, value: int, what: str = "header step", root: int = -1,
+              pairs: int = 0) -> int:
         """The header step of Gatherv & co.: the maximum over all ranks, or
-        0 when any rank published 0."""
+        0 when any rank published 0.  The block checksum (`pairs`) sums to
+        zero only over the whole communicator, not per group: across pool
+        groups the counts are left to MPI's own checks."""
         if self.pool is not None:
-            value = self._local("agree", value)
+            value = self._local("agree", value, what, root)
         if self.leaders is not None:
             any_zero = self.leaders.allreduce(int(value == 0), MPI.MAX)
             value = 0 if any_zero else self.leaders.allreduce(value, MPI.MAX)
@@ -186,8 +189,10 @@ class Hierarchy:
         return value
 
     def gather(self, sendaddr: int, send_nbytes: int, recv_addrs: list[int],
-               recv_nbytes: list[int], root: int, max_nbytes: int, what: str) -> None:
-        """Allgather(v) (root < 0) and Gather(v) over the pool groups."""
+               recv_nbytes: list[int], root: int, max_nbytes: int, what: str,
+               pairs: int = 0) -> None:
+        """Allgather(v) (root < 0) and Gather(v) over the pool groups (the
+        block checksum `pairs` is not checked across groups: see agree)."""
         group = self.groups[self.group]
         size = len(self.where)
         slot = max_nbytes

@@ -1,0 +1,79 @@
+"""Collectives whose ranks disagree (sizes, roots, ops, counts), which MPI
+forbids: under cxlmpi every rank must raise, none may return wrong data or
+hang, and the communicator must work afterwards.
+
+    mpiexec -n N python mismatch.py
+
+Run with every size through the pool (CXLMPI_TUNING=pool, a small
+threshold).  Prints RESULT {case: [what each rank raised]} and AFTER true
+when an Allreduce after all the cases equals stock MPI's.
+"""
+
+import json
+
+import numpy as np
+from mpi4py import MPI
+
+import cxlmpi
+
+plain = MPI.COMM_WORLD
+comm = cxlmpi.wrap(plain.Dup())
+rank, size = comm.Get_rank(), comm.Get_size()
+last = size - 1
+K = 1 << 10
+
+
+def f64(n):
+    return np.arange(n, dtype=np.float64) + rank
+
+
+def counts(n, bump):
+    """n elements per rank; rank `last` believes rank 0's count is bigger."""
+    c = [n] * size
+    if bump and rank == last:
+        c[0] += 8
+    return c
+
+
+CASES = {
+    "Bcast size": lambda: comm.Bcast(np.zeros(8 * K if rank == 0 else 16 * K), 0),
+    "Bcast root": lambda: comm.Bcast(np.zeros(8 * K), 0 if rank == 0 else last),
+    "Allreduce size": lambda: comm.Allreduce(f64(2 * K if rank == 0 else K),
+                                             np.empty(2 * K if rank == 0 else K)),
+    "Reduce op": lambda: comm.Reduce(f64(K), np.empty(K), MPI.SUM if rank == 0 else MPI.MAX, 0),
+    "Allgather size": lambda: comm.Allgather(f64(K + rank), np.empty((K + rank) * size)),
+    "Alltoall size": lambda: comm.Alltoall(f64((K + rank) * size), np.empty((K + rank) * size)),
+    "Scan size": lambda: comm.Scan(f64(K + rank), np.empty(K + rank)),
+    "Allgatherv counts": lambda: comm.Allgatherv(
+        f64(counts(K, False)[rank]), [np.empty(size * K + 8), counts(K, True)]),
+    "Gatherv counts": lambda: comm.Gatherv(
+        f64(K), [np.empty(size * K + 8), counts(K, True)] if rank == last else None, last),
+    "Scatterv counts": lambda: comm.Scatterv(
+        [f64(size * K + 8), counts(K, True)] if rank == last else None,
+        np.empty(K), last),
+    "Alltoallv counts": lambda: comm.Alltoallv(
+        [f64(size * K), [K] * size], [np.empty(size * K + 8), counts(K, True)]),
+    "Reduce_scatter counts": lambda: comm.Reduce_scatter(
+        f64(sum(counts(K, True))), np.empty(counts(K, True)[rank]), counts(K, True), MPI.SUM),
+}
+
+outcome = {}
+for name, call in CASES.items():
+    try:
+        call()
+        what = "returned"
+    except cxlmpi.CXLMPIMismatchError as exc:
+        what = "mismatch" if "do not match" in str(exc) else f"mismatch?{exc}"
+    except Exception as exc:  # noqa: BLE001 - what was raised is the result
+        what = type(exc).__name__
+    outcome[name] = plain.gather(what, 0)
+
+data = f64(4 * K)
+got, want = np.empty_like(data), np.empty_like(data)
+comm.Allreduce(data, got)
+plain.Allreduce(data, want)
+after = plain.allreduce(bool(np.array_equal(got, want)), MPI.LAND)
+if rank == 0:
+    print("RESULT", json.dumps(outcome), flush=True)
+    print("AFTER", json.dumps(after), flush=True)
+comm.Free()

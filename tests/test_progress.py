@@ -1,0 +1,90 @@
+"""Ranks that wait in the pool keep MPI progressing, and ranks whose calls
+disagree all raise (issue: real programs never hang or corrupt).
+
+Each test launches whole MPI jobs (tests/scripts/overlap.py, mismatch.py);
+the results are compared with what stock MPI gives on the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from harness import launch_mpi, run_mpi
+
+OVERLAP = "tests/scripts/overlap.py"
+MISMATCH = "tests/scripts/mismatch.py"
+
+
+def tagged(stdout: str, tag: str):
+    found = [line[len(tag) + 1:] for line in stdout.splitlines() if line.startswith(tag + " ")]
+    assert len(found) == 1, f"expected one {tag} line in:\n{stdout}"
+    return json.loads(found[0])
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("scenario", ["rma", "rendezvous", "ibcast"])
+def test_pool_waits_keep_mpi_progressing(scenario: str, nranks: int) -> None:
+    """Rank 0 is in MPI (passive-target RMA, a rendezvous send, waiting on an
+    Ibcast) while its peers wait for it in a pool collective: it completes,
+    and every value equals stock's (a hang shows as CXLMPI_TIMEOUT)."""
+    proc = run_mpi(nranks, [OVERLAP, scenario], env={"CXLMPI_TIMEOUT": "30"}, timeout=120)
+    result = tagged(proc.stdout, "RESULT")
+    assert result["ok"], result
+
+
+@pytest.mark.skipif(bool(os.environ.get("CXLMPI_TEST_OPENMPI")),
+                    reason="the control needs a library known to deadlock without it (MPICH)")
+def test_without_progress_the_overlap_deadlocks() -> None:
+    """The control: with the progress calls switched off, the RMA scenario
+    never completes (the waiting ranks time out) -- the test above can fail."""
+    job = launch_mpi(2, [OVERLAP, "rma"], env={"CXLMPI_TIMEOUT": "3", "CXLMPI_PROGRESS": "0"},
+                     timeout=40)
+    assert "RESULT" not in job.stdout
+    assert job.timed_out or "CXLMPITimeoutError" in job.stdout + job.stderr, job.describe()
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ranks_that_disagree_all_raise(nranks: int) -> None:
+    """Sizes, roots, ops and counts that differ between ranks: every rank
+    raises CXLMPIMismatchError (none returns, none waits), and the
+    communicator still gives stock's result afterwards."""
+    env = {"CXLMPI_TUNING": "pool", "CXLMPI_THRESHOLD": "64", "CXLMPI_TIMEOUT": "30"}
+    proc = run_mpi(nranks, [MISMATCH], env=env, timeout=120)
+    outcome = tagged(proc.stdout, "RESULT")
+    assert outcome == {case: ["mismatch"] * nranks for case in outcome}, outcome
+    assert len(outcome) == 12
+    assert tagged(proc.stdout, "AFTER") is True
+
+
+def test_a_rank_in_mpi_takes_its_peers_along() -> None:
+    """One rank's message is below the pool threshold (MPI), its peer's
+    above it (pool): the peer follows the call to MPI, which then does what
+    stock does (here: the receiver of a too-short Bcast raises); no hang."""
+    code = (
+        "import json\n"
+        "import numpy as np\n"
+        "from mpi4py import MPI\n"
+        "import cxlmpi\n"
+        "comm = cxlmpi.wrap(MPI.COMM_WORLD.Dup())\n"
+        "r = comm.Get_rank()\n"
+        "a = np.ones(4096); b = np.empty_like(a); comm.Allreduce(a, b)\n"
+        "try:\n"
+        "    comm.Bcast(np.zeros(16 if r == 0 else 1 << 16, np.uint8), 0)\n"
+        "    what = 'returned'\n"
+        "except Exception as exc:\n"
+        "    what = type(exc).__name__\n"
+        "mine = [what, cxlmpi.stats()['bcast']['pool_calls']]\n"
+        "comm.Allreduce(a, b)\n"
+        "mine.append(bool((b == comm.Get_size()).all()))\n"
+        "every = MPI.COMM_WORLD.gather(mine, 0)\n"
+        "if r == 0:\n"
+        "    print('OUT', json.dumps(every), flush=True)\n"
+    )
+    env = {"CXLMPI_TUNING": "pool", "CXLMPI_THRESHOLD": "1K", "CXLMPI_TIMEOUT": "30"}
+    proc = run_mpi(2, ["-c", code], env=env, timeout=120)
+    # the root returns, the receiver gets MPI's error, as under stock MPI;
+    # neither ran the call in the pool; the Allreduce after equals stock's
+    every = tagged(proc.stdout, "OUT")
+    assert every == [["returned", 0, True], ["Exception", 0, True]], every
