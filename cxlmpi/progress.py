@@ -67,12 +67,15 @@ def attach(pool: Any, comm: MPI.Intracomm) -> MPI.Intracomm | None:
     which is returned (the caller frees it with the pool); None without a
     pool or when MPI_Iprobe cannot be found (the same on every rank: one
     MPI library)."""
-    local = getattr(pool, "pool", pool)
     address = iprobe_address()
-    if local is None or not address:
+    if pool is None or not address:
         return None
+    # Every rank duplicates (collective), even one alone in its pool group
+    # (a Hierarchy without a pool), which has no waits to make progress in.
     probe = comm.Dup()
     probe.Set_name("cxlmpi-progress")
-    handle_is_int = MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_int)
-    local.set_progress(address, probe.handle, MPI.ANY_SOURCE, MPI.ANY_TAG, handle_is_int)
+    local = getattr(pool, "pool", pool)
+    if local is not None:
+        handle_is_int = MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_int)
+        local.set_progress(address, probe.handle, MPI.ANY_SOURCE, MPI.ANY_TAG, handle_is_int)
     return probe
