@@ -27,12 +27,13 @@ OTHER_VALUES = {
     "CXLMPI_COHERENCE": "sw",
     "CXLMPI_OBJECTS": "1",
     "CXLMPI_ALLOC": "1",
+    "CXLMPI_PROGRESS": "0",
     "CXLMPI_STATS": "1",
     "CXLMPI_DISABLE": "1",
 }
 
 # Settings that never change which path a call takes nor the pool's layout.
-LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS"}
+LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS"}
 
 
 def test_agreed_is_a_required_field() -> None:
