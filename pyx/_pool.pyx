@@ -292,6 +292,19 @@ cdef int passed_on(state_t *st, uint64_t *line, bint ahead) noexcept nogil:
     return 1
 
 
+cdef void mark_passed(void *state) noexcept nogil:
+    """Pool.note_pass: count the call, and store its number as this rank's
+    last call sent to MPI (nothing once the pool is unmapped)."""
+    cdef state_t *st = <state_t *>state
+    if st.base == NULL:
+        return
+    st.ops += 1
+    cdef uint64_t *line = seq_ptr(st, st.rank)
+    cxl_store_release(line + PASSED_WORD, st.ops)
+    if st.sw:
+        cxl_flush(line + 8, CTRL_NBYTES // 2, 0)
+
+
 cdef int check_signatures(state_t *st) noexcept nogil:
     """After the first step of a call: every rank made the same call (the
     same collective, root, op, type and bytes), and the blocks the ranks
@@ -1634,13 +1647,13 @@ cdef class Pool:
         """This rank sends its current call to MPI: peers that took it to
         the pool see that and follow (a mismatch, or a rank that cannot use
         the pool for this call, must not leave them waiting here)."""
-        if self.st.base == NULL or self.closing:
-            return
-        self.st.ops += 1
-        cdef uint64_t *line = seq_ptr(&self.st, self.st.rank)
-        cxl_store_release(line + PASSED_WORD, self.st.ops)
-        if self.st.sw:
-            cxl_flush(line + 8, CTRL_NBYTES // 2, 0)
+        mark_passed(&self.st)
+
+    def pass_marker(self):
+        """(address of a C function, its argument): note_pass without a
+        Python call, for the pass-through hot path (cxlmpi._shim), which
+        keeps this Pool alive while it holds them."""
+        return <uintptr_t>&mark_passed, <uintptr_t>&self.st
 
     def signatures(self):
         """Every rank's signature of its last call's first step, decoded:

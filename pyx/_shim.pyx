@@ -109,15 +109,38 @@ cdef inline void passed(int which, double t0) noexcept:
         stat_seconds[which] += now() - t0
 
 
+# The communicator object to_mpi saw last and its pool (None: none), so
+# that a run of small calls on one communicator skips the lookup by handle.
+# Reset whenever a pool state is set up (pool_of); a pool closed since is
+# told nothing (note_pass on a closed pool does nothing).
+# A Pool's marker is its C function and state (Pool.pass_marker), called
+# without a Python call; a Hierarchy's, its note_pass method.
+ctypedef void (*mark_fn)(void *) noexcept nogil
+cdef object _marked_comm = None
+cdef object _marked_pool = None   # keeps the Pool (and its state) alive
+cdef mark_fn _marked_fn = NULL
+cdef void *_marked_state = NULL
+
+
 cdef inline int to_mpi(object comm) except -1:
     """This rank is about to send a call to stock MPI: tell the pool (if
     `comm` has one), so that peers that took the call to the pool follow
     (ranks that disagree on a size may disagree on the path, too)."""
-    state = _states.get(comm.handle)
-    if state is not None:
-        pool = state.pool
-        if pool is not None:
-            pool.note_pass()
+    global _marked_comm, _marked_pool, _marked_fn, _marked_state
+    if comm is not _marked_comm:
+        state = _states.get(comm.handle)
+        _marked_pool = state.pool if state is not None else None
+        _marked_comm = comm
+        _marked_fn = NULL
+        marker = getattr(_marked_pool, "pass_marker", None)
+        if marker is not None:
+            fn, st = marker()
+            _marked_fn = <mark_fn><uintptr_t>fn
+            _marked_state = <void *><uintptr_t>st
+    if _marked_fn != NULL:
+        _marked_fn(_marked_state)
+    elif _marked_pool is not None:
+        _marked_pool.note_pass()
     return 0
 
 
@@ -495,8 +518,10 @@ cpdef object pool_of(object comm, int which=-1):
     call it at the same point); None when its ranks share no pool or their
     pool hierarchy does not run that collective.  Raises the error that
     broke the pool, if one did."""
+    global _marked_comm
     state = _states.get(comm.handle)
     if state is None:
+        _marked_comm = None
         state = _state_for(comm)
     if state.error is not None:
         raise state.error
