@@ -24,10 +24,10 @@ def tagged(stdout: str, tag: str):
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
-@pytest.mark.parametrize("scenario", ["rma", "rendezvous", "ibcast"])
+@pytest.mark.parametrize("scenario", ["rma", "rendezvous", "ibcast", "persistent"])
 def test_pool_waits_keep_mpi_progressing(scenario: str, nranks: int) -> None:
     """Rank 0 is in MPI (passive-target RMA, a rendezvous send, waiting on an
-    Ibcast) while its peers wait for it in a pool collective: it completes,
+    Ibcast, a persistent send) while its peers wait for it in a pool collective: it completes,
     and every value equals stock's (a hang shows as CXLMPI_TIMEOUT)."""
     proc = run_mpi(nranks, [OVERLAP, scenario], env={"CXLMPI_TIMEOUT": "30"}, timeout=120)
     result = tagged(proc.stdout, "RESULT")

@@ -10,6 +10,8 @@ progress; they are meanwhile in a pool collective on a wrapped communicator
 - rendezvous: a 4 MiB Send to rank 1, which posted the Irecv earlier
 - ibcast:     a pending 4 MiB Ibcast from the last rank, which rank 0 waits
               for before joining the pool collective
+- persistent: a persistent 4 MiB send to rank 1 (Send_init/Start/Wait),
+              whose persistent receive rank 1 started earlier
 
 Prints RESULT {...}: whether every value equals the stock reference (the
 RMA values put, the message sent, the broadcast data, and the pool
@@ -68,6 +70,23 @@ elif scenario == "ibcast":
     if rank != 0:
         req.Wait()
     ok["ibcast"] = bool(np.array_equal(box, payload))
+    pooled = "allreduce"
+elif scenario == "persistent":
+    message = np.arange(1 << 19, dtype=np.float64) * 2
+    inbox = np.zeros_like(message)
+    req = plain.Recv_init(inbox, source=0, tag=8) if rank == 1 else None
+    if req is not None:
+        req.Start()
+    if rank == 0:
+        send = plain.Send_init(message, dest=1, tag=8)
+        send.Start()
+        send.Wait()          # needs rank 1 to progress
+        send.Free()
+    comm.Allreduce(data, got)
+    if req is not None:
+        req.Wait()
+        req.Free()
+        ok["message"] = bool(np.array_equal(inbox, message))
     pooled = "allreduce"
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")
