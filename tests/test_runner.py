@@ -35,6 +35,7 @@ PROBE = "tests/scripts/probe.py"
 FAILING = "tests/scripts/failing.py"
 PATCHING = "tests/scripts/patching.py"
 STATS_CALLS = "tests/scripts/stats_calls.py"
+OBJECT_STATS = "tests/scripts/object_stats.py"
 ZOMBIE_PEER = "tests/scripts/zombie_peer.py"
 
 # tests/scripts on the path too, for `-m probe` and `-c "from probe import ..."`.
@@ -75,7 +76,8 @@ def stats_tables(stderr: str) -> dict[int, dict[str, list[float]]]:
             current = tables[rank] = {}
             continue
         fields = line.split()
-        if current is not None and len(fields) == 5 and fields[0].isalpha() \
+        if current is not None and len(fields) == 5 \
+                and re.fullmatch(r"[a-z_]+(\(obj\))?", fields[0]) \
                 and fields[0] != "collective":
             current[fields[0]] = [float(f) for f in fields[1:]]
         elif current is not None and fields[:1] != ["collective"]:
@@ -410,6 +412,40 @@ def test_stats(how: str) -> None:
         for name, (pool, passthrough, nbytes) in expect.items():
             assert table[name][:2] == [pool, passthrough], (rank, name, table[name])
             assert table[name][2] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
+
+
+@pytest.mark.parametrize("objects", ["1", "0"])
+def test_stats_object_collectives(objects: str) -> None:
+    """comm.bcast, comm.allreduce & co. show in cxlmpi.stats() and the exit
+    table as "<method>(obj)", with as many calls as the program made: with
+    CXLMPI_OBJECTS=1 the large pickles through the pool (with their bytes),
+    the small ones passed through; without it, every call passed through."""
+    proc = run_mpi(NRANKS, ["-m", "cxlmpi", "--stats", OBJECT_STATS],
+                   env={"CXLMPI_OBJECTS": objects})
+    figures = tagged_json(proc.stdout, "STATS")
+    calls = tagged_json(proc.stdout, "CALLS")
+    payload = int(tagged(proc.stdout, "PAYLOAD"))
+    assert len(calls) == 7, calls
+    # Bytes moved per pool call, at least: the large payload of every block.
+    blocks = {"bcast": 1, "gather": NRANKS, "scatter": NRANKS, "allgather": NRANKS,
+              "alltoall": NRANKS * NRANKS, "reduce": NRANKS, "allreduce": NRANKS + 1}
+    tables = stats_tables(proc.stderr)
+    assert sorted(tables) == list(range(NRANKS)), proc.stderr
+    for name, (large, small) in calls.items():
+        row = figures[f"{name}(obj)"]
+        if objects == "1":
+            assert (row["pool_calls"], row["passthrough_calls"]) == (large, small), (name, row)
+            low = large * blocks[name] * payload
+            assert low <= row["nbytes"] < low + large * blocks[name] * 4096, (name, row)
+            assert row["seconds"] > 0
+        else:
+            assert (row["pool_calls"], row["passthrough_calls"], row["nbytes"]) == \
+                (0, large + small, 0), (name, row)
+        for rank, table in tables.items():
+            assert table[f"{name}(obj)"][:2] == [row["pool_calls"], row["passthrough_calls"]], \
+                (rank, name, table)
+    # the buffer collectives' rows are apart: the objects' calls are not there
+    assert figures["bcast"]["pool_calls"] == figures["bcast"]["passthrough_calls"] == 0
 
 
 # --------------------------------------------------------------- 7. examples
