@@ -39,6 +39,7 @@ $(VENV_OMPI)/.built: $(SOURCES)
 # side: both timings, whether the results agree, cxlmpi's statistics.
 demo: $(VENV)/.built
 	$(PY) tools/compare.py -n $(NP) examples/jacobi_solver.py
+	$(PY) tools/compare.py -n $(NP) examples/pagerank.py
 	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
 	@echo "--- the same training loop with its arrays in the pool (python -m cxlmpi --alloc)"
 	CXLMPI_ALLOC=1 $(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150

@@ -159,7 +159,8 @@ VARIABLES: tuple[Variable, ...] = (
              "measure its cost: a program can then hang).",
              agreed=False),
     Variable("CXLMPI_STATS", _parse_bool, "0",
-             "Print a table of calls, bytes and time per collective at exit.",
+             "Print a table of calls, bytes and time per collective at exit "
+             "(the object collectives as bcast(obj) & co.).",
              agreed=False),
     Variable("CXLMPI_DISABLE", _parse_bool, "0",
              "Pass every call through to MPI (the shim stays in place).",
