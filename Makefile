@@ -6,11 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_OMPI ?= .venv-openmpi
 NP ?= 2
-# Editable install as a path entry (a .pth line naming this folder), not
-# setuptools' default import hook: the hook comes after the path search, so
-# from the folder that holds the clone (named cxlmpi) the clone itself was
-# taken as an empty namespace package `cxlmpi` and nothing worked.
-EDITABLE := --config-settings editable_mode=compat -e
+# Editable install as a path entry (a .pth line naming this folder; see
+# package-dir in pyproject.toml), never setuptools' import hook, which runs
+# after the path search: from the folder that holds the clone (named
+# cxlmpi) the clone itself was then taken for an empty namespace package.
+EDITABLE := -e
 PY := $(VENV)/bin/python
 PY_OMPI := $(VENV_OMPI)/bin/python
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
