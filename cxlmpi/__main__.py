@@ -72,7 +72,8 @@ def info() -> str:
     from ._pool import cpu_features
 
     cfg = config.get()
-    lib = MPI.Get_library_version().splitlines()[0].strip()
+    # MPICH pads its fields ("MPICH Version:      5.0.2"): one space each.
+    lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
     feats = ", ".join(k for k, v in cpu_features().items() if v) or "none"
     lines = [
         f"cxlmpi {__version__}",
@@ -82,14 +83,21 @@ def info() -> str:
         f"pool memory: {_backend_line(cfg.pool)}",
         f"CPU features: {feats}",
         "",
-        f"{'variable':<24} {'value':<12} {'default':<10} {'ranks':<5} meaning "
-        f"(ranks: same = every rank must have the same value)",
     ]
+    rows = [("variable", "value", "default", "ranks",
+             "meaning (ranks: same = every rank must have the same value)")]
     for var in config.VARIABLES:
         value = os.environ.get(var.name)
-        shown = "(unset)" if value is None else value
-        ranks = "same" if var.agreed else "any"
-        lines.append(f"{var.name:<24} {shown:<12} {var.default:<10} {ranks:<5} {var.doc}")
+        rows.append((var.name, "(unset)" if value is None else value, var.default,
+                     "same" if var.agreed else "any", var.doc))
+    lines += _columns(rows)
+    strays = config.unknown()
+    if strays:
+        lines.append("")
+        lines.append("unknown CXLMPI_* variables (ignored):")
+        for name, suggestion in strays:
+            lines.append(f"  {name}={os.environ[name]}: "
+                         f"{config.describe_unknown(name, suggestion)}")
     lines.append("")
     lines.append("")
     lines.append("through the pool (contiguous predefined-type buffers, one-node "
@@ -102,6 +110,14 @@ def info() -> str:
             f"[{window[0]}, {'inf' if window[1] is None else window[1]})"
         lines.append(f"  {name:<22} {shown}")
     return "\n".join(lines)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as lines whose columns line up (each as wide as its widest
+    cell; the last column is left as it is)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [" ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + " " + row[-1]
+            for row in rows]
 
 
 def pool_admin(kind: str, everything: bool) -> int:

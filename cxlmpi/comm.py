@@ -311,7 +311,7 @@ class CXLComm(_shim.CommBase):
                 offset = -2
             meta = (offset, arr.dtype.str, arr.shape, order)
             if offset >= 0 and pool.software_coherence:
-                flush(arr.__array_interface__["data"][0], arr.nbytes, False)
+                flush(arr.__array_interface__["data"][0], arr.nbytes, False, counted=True)
         offset, dtype, shape, order = plain.bcast(meta, root)
         if offset == -2:
             view = np.ascontiguousarray(array) if self.Get_rank() == root else \
@@ -331,7 +331,7 @@ class CXLComm(_shim.CommBase):
             count = int(np.prod(shape, dtype=np.int64))
             buf = pool.view(offset, count * dt.itemsize)
             if pool.software_coherence:
-                flush(buf.address, buf.nbytes, True)
+                flush(buf.address, buf.nbytes, True, counted=True)
             view = np.frombuffer(buf, dtype=dt, count=count).reshape(shape, order=order)
         view.flags.writeable = False
         return view

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from .errors import CXLMPIConfigError
 
-__all__ = ["Variable", "VARIABLES", "AGREED", "Config", "get", "reload", "parse_size"]
+__all__ = ["Variable", "VARIABLES", "AGREED", "INTERNAL", "Config", "get", "reload",
+           "parse_size", "unknown", "describe_unknown"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -157,12 +159,75 @@ VARIABLES: tuple[Variable, ...] = (
              "measure its cost: a program can then hang).",
              agreed=False),
     Variable("CXLMPI_STATS", _parse_bool, "0",
-             "Print a table of calls, bytes and time per collective at exit.",
+             "Print a table of calls, bytes and time per collective at exit "
+             "(the object collectives as bcast(obj) & co.).",
              agreed=False),
     Variable("CXLMPI_DISABLE", _parse_bool, "0",
              "Pass every call through to MPI (the shim stays in place).",
              agreed=True),
 )
+
+
+#: CXLMPI_* names that are not settings but are read on purpose, so that
+#: they never draw the unknown-variable warning.  Keep this set small: a
+#: name here is one a user can misspell a setting into without being told.
+INTERNAL: dict[str, str] = {
+    "CXLMPI_SYSFS": "the /sys tree that device sizes and alignments are read "
+                    "from (the tests' stand-in for a devdax device)",
+    "CXLMPI_EXPECT_FLUSH": "tests: the suite runs with CXLMPI_COHERENCE=sw and "
+                           "checks that lines were flushed",
+    "CXLMPI_TEST_OPENMPI": "tests: the suite runs on Open MPI (make test-openmpi)",
+}
+
+
+def unknown(environ: dict[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """The CXLMPI_* variables of the environment that cxlmpi does not read
+    (neither a setting of VARIABLES nor INTERNAL), sorted, each with the
+    closest setting's name (None: nothing close): a misspelled setting is
+    otherwise ignored without a word."""
+    import difflib
+
+    env = os.environ if environ is None else environ
+    # Compared without the prefix every name shares, which would make any
+    # two look alike.
+    known = [var.key.upper() for var in VARIABLES]
+    out = []
+    for name in sorted(env):
+        if not name.startswith("CXLMPI_") or name in _KEYS or name in INTERNAL:
+            continue
+        close = difflib.get_close_matches(name[len("CXLMPI_"):], known, n=1, cutoff=0.6)
+        out.append((name, "CXLMPI_" + close[0] if close else None))
+    return out
+
+
+def describe_unknown(name: str, suggestion: str | None) -> str:
+    """One line about an unknown variable, for the warning and --info."""
+    hint = f"did you mean {suggestion}?" if suggestion else "no setting has a similar name"
+    return f"{name} is not a cxlmpi setting and is ignored ({hint})"
+
+
+_warned = False
+
+
+def _warn_unknown(stream: TextIO | None = None) -> None:
+    """Once per process (on rank 0 of COMM_WORLD when MPI runs, so that a
+    job prints it once): a line on stderr per unknown CXLMPI_* variable."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    found = unknown()
+    if not found:
+        return
+    from mpi4py import MPI
+
+    if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_rank() != 0:
+        return
+    stream = sys.stderr if stream is None else stream
+    for name, suggestion in found:
+        stream.write(f"cxlmpi: warning: {describe_unknown(name, suggestion)}; "
+                     f"`python -m cxlmpi --info` lists the settings\n")
+    stream.flush()
 
 
 #: The settings every rank must agree on (checked when a pool is set up and
@@ -293,6 +358,7 @@ def get() -> Config:
     if _config is None:
         _config = Config()
         _apply(_config)
+        _warn_unknown()
     return _config
 
 
@@ -301,6 +367,7 @@ def reload() -> Config:
     global _config
     _config = Config()
     _apply(_config)
+    _warn_unknown()
     return _config
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import time
 from array import array
 from typing import Any, Callable
 
@@ -50,11 +51,47 @@ from .comm import pool_for, run_pool
 from .group import check_agreed
 
 __all__ = ["bcast", "gather", "scatter", "allgather", "alltoall", "reduce",
-           "allreduce", "POOL_CALLS"]
+           "allreduce", "POOL_CALLS", "figures", "reset_figures"]
 
-#: Calls that went through the pool, per method, in this process (tests;
-#: the compiled collectives keep their own figures in cxlmpi.stats()).
-POOL_CALLS: dict[str, int] = {name: 0 for name in __all__ if name != "POOL_CALLS"}
+_METHODS = ("bcast", "gather", "scatter", "allgather", "alltoall", "reduce", "allreduce")
+
+#: Calls that went through the pool, per method, in this process (tests).
+POOL_CALLS: dict[str, int] = {name: 0 for name in _METHODS}
+
+# Per method: [pool calls, pass-through calls, bytes through the pool,
+# seconds] -- what cxlmpi.stats() shows as "<method>(obj)".  Bytes are the
+# frames of all ranks together (the same figure on every rank); seconds
+# count pool calls, and with CXLMPI_STATS=1 pass-through calls too, as for
+# the buffer collectives.
+_FIGURES: dict[str, list[float]] = {name: [0, 0, 0, 0.0] for name in _METHODS}
+
+
+def figures() -> dict[str, tuple[int, int, int, float]]:
+    """{method: (pool_calls, passthrough_calls, nbytes, seconds)} of every
+    object collective of this process, called or not."""
+    return {name: (int(f[0]), int(f[1]), int(f[2]), f[3]) for name, f in _FIGURES.items()}
+
+
+def reset_figures() -> None:
+    """Forget every count (POOL_CALLS, which tests compare before and
+    after a call, keeps counting)."""
+    for name in _METHODS:
+        _FIGURES[name][:] = [0, 0, 0, 0.0]
+
+
+def _pooled(name: str, t0: float, nbytes: int) -> None:
+    figure = _FIGURES[name]
+    figure[0] += 1
+    figure[2] += nbytes
+    figure[3] += time.perf_counter() - t0
+    POOL_CALLS[name] += 1
+
+
+def _passed(name: str, t0: float) -> None:
+    figure = _FIGURES[name]
+    figure[1] += 1
+    if config.get().stats:
+        figure[3] += time.perf_counter() - t0
 
 _Stock = MPI.Intracomm
 _PICKLE = MPI.pickle  # the object stock mpi4py pickles with (same settings)
@@ -192,7 +229,8 @@ def _u64(values: list[int]) -> tuple[array, list[int]]:
 def _gather(comm: MPI.Intracomm, pool: Pool, sendobj: Any, root: int,
             what: str) -> Any:
     """Gather (root >= 0) or allgather (root < 0) of pickled objects:
-    the list on readers, None elsewhere, _STOCK when settled for MPI."""
+    (the list on readers, None elsewhere; the bytes of every rank's frame
+    together), or _STOCK when settled for MPI."""
     size, rank = comm.Get_size(), comm.Get_rank()
     payload = _Payload(sendobj)
     if not _settle(comm, pool, payload.nbytes + 1):
@@ -214,8 +252,8 @@ def _gather(comm: MPI.Intracomm, pool: Pool, sendobj: Any, root: int,
     run_pool(comm, pool, "gather", frame.address, len(frame.view), addrs, nbytes, root,
              max_nbytes, what)
     if not reader:
-        return None
-    return [_load(b) for b in blocks]
+        return None, sum(sizes)
+    return [_load(b) for b in blocks], sum(sizes)
 
 
 def _fold(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
@@ -229,7 +267,8 @@ def _fold(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
 # ---------------------------------------------------------------- methods
 
 def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
-    """Broadcast through the pool, or _STOCK when settled for MPI."""
+    """Broadcast through the pool: (the object, the frame's bytes), or
+    _STOCK when settled for MPI."""
     payload = _Payload(obj) if comm.Get_rank() == root else None
     if not _settle(comm, pool, payload.nbytes + 1 if payload is not None else 1):
         return _STOCK
@@ -239,53 +278,65 @@ def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
     block = payload.frame() if payload is not None else _Block(nbytes)
     del payload
     run_pool(comm, pool, "bcast", block.address, nbytes, root)
-    return _load(block)
+    return _load(block), nbytes
 
 
 def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     """Broadcast a Python object from `root` (``Intracomm.bcast``); a large
     pickle goes through the pool, every rank gets its own unpickled copy."""
+    t0 = time.perf_counter()
     r = _root(comm, root)
     pool = _pool(comm) if r is not None else None
     if pool is not None:
         result = _bcast(comm, pool, obj, r)
         if result is not _STOCK:
-            POOL_CALLS["bcast"] += 1
-            return result
-    return _Stock.bcast(comm, obj, root)
+            _pooled("bcast", t0, result[1])
+            return result[0]
+    out = _Stock.bcast(comm, obj, root)
+    _passed("bcast", t0)
+    return out
 
 
 def gather(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> list[Any] | None:
     """Gather Python objects to `root` (``Intracomm.gather``): the list of
     every rank's object on the root, None elsewhere."""
+    t0 = time.perf_counter()
     r = _root(comm, root)
     pool = _pool(comm) if r is not None else None
     if pool is not None:
-        items = _gather(comm, pool, sendobj, r, "gather")
-        if items is not _STOCK:
-            POOL_CALLS["gather"] += 1
-            return items
-    return _Stock.gather(comm, sendobj, root)
+        result = _gather(comm, pool, sendobj, r, "gather")
+        if result is not _STOCK:
+            _pooled("gather", t0, result[1])
+            return result[0]
+    out = _Stock.gather(comm, sendobj, root)
+    _passed("gather", t0)
+    return out
 
 
 def allgather(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
     """Gather Python objects to every rank (``Intracomm.allgather``)."""
+    t0 = time.perf_counter()
     pool = _pool(comm)
     if pool is not None:
-        items = _gather(comm, pool, sendobj, -1, "allgather")
-        if items is not _STOCK:
-            POOL_CALLS["allgather"] += 1
-            return items
-    return _Stock.allgather(comm, sendobj)
+        result = _gather(comm, pool, sendobj, -1, "allgather")
+        if result is not _STOCK:
+            _pooled("allgather", t0, result[1])
+            return result[0]
+    out = _Stock.allgather(comm, sendobj)
+    _passed("allgather", t0)
+    return out
 
 
 def scatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> Any:
     """Scatter the p objects of `sendobj` (on `root`; None: p Nones) one to
     each rank (``Intracomm.scatter``)."""
+    t0 = time.perf_counter()
     r = _root(comm, root)
     pool = _pool(comm) if r is not None else None
     if pool is None:
-        return _Stock.scatter(comm, sendobj, root)
+        out = _Stock.scatter(comm, sendobj, root)
+        _passed("scatter", t0)
+        return out
     size, rank = comm.Get_size(), comm.Get_rank()
     if rank == r:
         sendobj = _items(comm, sendobj)  # an iterator is read once, here
@@ -294,7 +345,9 @@ def scatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> Any:
         payloads = None
     local = 1 + max(p.nbytes for p in payloads) if payloads is not None else 1
     if not _settle(comm, pool, local):
-        return _Stock.scatter(comm, sendobj, root)
+        out = _Stock.scatter(comm, sendobj, root)
+        _passed("scatter", t0)
+        return out
     sizes, size_addrs = _u64([p.frame_nbytes for p in payloads] if payloads is not None
                              else [0] * size)
     run_pool(comm, pool, "bcast", size_addrs[0], 8 * size, r)
@@ -312,21 +365,26 @@ def scatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> Any:
     recv_nbytes[r] = sizes[rank]
     run_pool(comm, pool, "exchange", send_addrs, send_nbytes, [block.address] * size,
              recv_nbytes, max_nbytes, "scatter")
-    POOL_CALLS["scatter"] += 1
+    _pooled("scatter", t0, sum(sizes))
     return _load(block)
 
 
 def alltoall(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
     """Every rank sends its i-th object to rank i (``Intracomm.alltoall``;
     `sendobj` None: p Nones); returns the p objects received, by source."""
+    t0 = time.perf_counter()
     pool = _pool(comm)
     if pool is None:
-        return _Stock.alltoall(comm, sendobj)
+        out = _Stock.alltoall(comm, sendobj)
+        _passed("alltoall", t0)
+        return out
     size, rank = comm.Get_size(), comm.Get_rank()
     sendobj = _items(comm, sendobj)  # an iterator is read once, here
     payloads = [_Payload(x) for x in sendobj]
     if not _settle(comm, pool, 1 + max(p.nbytes for p in payloads)):
-        return _Stock.alltoall(comm, sendobj)
+        out = _Stock.alltoall(comm, sendobj)
+        _passed("alltoall", t0)
+        return out
     # Every rank's row of frame sizes to every rank: all need the largest.
     row, row_addr = _u64([p.frame_nbytes for p in payloads])
     matrix, _ = _u64([0] * size * size)
@@ -342,7 +400,7 @@ def alltoall(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
     run_pool(comm, pool, "exchange", [f.address for f in frames], row.tolist(),
              [b.address for b in blocks], sizes, max_nbytes, "alltoall")
     del frames
-    POOL_CALLS["alltoall"] += 1
+    _pooled("alltoall", t0, sum(matrix))
     return [_load(b) for b in blocks]
 
 
@@ -350,27 +408,41 @@ def reduce(comm: MPI.Intracomm, sendobj: Any,
            op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, root: int = 0) -> Any:
     """Reduce Python objects to `root` with `op` (``Intracomm.reduce``): the
     contributions are gathered through the pool and folded in rank order."""
+    t0 = time.perf_counter()
     r = _root(comm, root)
     pool = _pool(comm) if r is not None else None
     if pool is not None:
-        items = _gather(comm, pool, sendobj, r, "reduce")
-        if items is not _STOCK:
-            POOL_CALLS["reduce"] += 1
-            return _fold(items, op) if items is not None else None
-    return _Stock.reduce(comm, sendobj, op, root)
+        result = _gather(comm, pool, sendobj, r, "reduce")
+        if result is not _STOCK:
+            items, nbytes = result
+            out = _fold(items, op) if items is not None else None
+            _pooled("reduce", t0, nbytes)
+            return out
+    out = _Stock.reduce(comm, sendobj, op, root)
+    _passed("reduce", t0)
+    return out
 
 
 def allreduce(comm: MPI.Intracomm, sendobj: Any,
               op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM) -> Any:
     """Reduce Python objects to every rank (``Intracomm.allreduce``): a
     reduce to rank 0, then a broadcast of its result (each settled alike)."""
+    t0 = time.perf_counter()
     pool = _pool(comm)
     if pool is not None:
-        items = _gather(comm, pool, sendobj, 0, "allreduce")
-        if items is not _STOCK:
-            POOL_CALLS["allreduce"] += 1
+        gathered = _gather(comm, pool, sendobj, 0, "allreduce")
+        if gathered is not _STOCK:
+            items, nbytes = gathered
             result = _fold(items, op) if items is not None else None
-            del items
-            out = _bcast(comm, pool, result, 0)
-            return _Stock.bcast(comm, result, 0) if out is _STOCK else out
-    return _Stock.allreduce(comm, sendobj, op)
+            del items, gathered
+            spread = _bcast(comm, pool, result, 0)
+            if spread is _STOCK:
+                out = _Stock.bcast(comm, result, 0)
+            else:
+                out, result_nbytes = spread
+                nbytes += result_nbytes
+            _pooled("allreduce", t0, nbytes)
+            return out
+    out = _Stock.allreduce(comm, sendobj, op)
+    _passed("allreduce", t0)
+    return out

@@ -7,21 +7,33 @@ from typing import TextIO
 
 __all__ = ["stats", "reset", "format_table", "print_at_exit"]
 
+#: What stats() appends to an object (pickle) collective's name: comm.bcast
+#: is "bcast(obj)", comm.Bcast is "bcast".
+OBJECT_SUFFIX = "(obj)"
+
+
 def stats() -> dict[str, dict[str, float]]:
-    """Figures of this process, keyed by lower-case collective name.
+    """Figures of this process, keyed by lower-case collective name; the
+    object collectives (``comm.bcast``, ``comm.allreduce``, ...) as
+    ``"bcast(obj)"``, ``"allreduce(obj)"``, ...
 
     Each entry: ``pool_calls``, ``passthrough_calls``, ``nbytes`` (bytes moved
-    through the pool) and ``seconds`` (time in pool calls; with
-    CXLMPI_STATS=1 in passed-through calls too -- timing those costs two
-    clock reads per small call, so it is left off otherwise).  The
-    entry ``"coherence"`` counts ``flushed_lines`` (software coherence)."""
+    through the pool; for objects, the frames of all ranks together) and
+    ``seconds`` (time in pool calls; with CXLMPI_STATS=1 in passed-through
+    calls too -- timing those costs two clock reads per small call, so it is
+    left off otherwise).  The entry ``"coherence"`` counts
+    ``flushed_lines``: cache lines flushed or invalidated for software
+    coherence (CXLMPI_COHERENCE=sw; 0 in hw mode)."""
     from ._pool import flushed_lines
     from ._shim import stats_rows
+    from .objects import figures
 
+    rows = dict(stats_rows())
+    rows.update((name + OBJECT_SUFFIX, row) for name, row in figures().items())
     out: dict[str, dict[str, float]] = {
         name: {"pool_calls": row[0], "passthrough_calls": row[1],
                "nbytes": row[2], "seconds": row[3]}
-        for name, row in sorted(stats_rows().items())
+        for name, row in sorted(rows.items())
     }
     out["coherence"] = {"flushed_lines": int(flushed_lines())}
     return out
@@ -30,8 +42,10 @@ def stats() -> dict[str, dict[str, float]]:
 def reset() -> None:
     """Forget every count."""
     from ._shim import stats_reset
+    from .objects import reset_figures
 
     stats_reset()
+    reset_figures()
 
 
 def format_table(figures: dict[str, dict[str, float]] | None = None,
@@ -41,12 +55,13 @@ def format_table(figures: dict[str, dict[str, float]] | None = None,
     lines = []
     if title:
         lines.append(title)
-    lines.append(f"{'collective':<12} {'pool':>8} {'passthru':>9} "
+    width = max(len("allreduce" + OBJECT_SUFFIX), *(len(name) for name in figures))
+    lines.append(f"{'collective':<{width}} {'pool':>8} {'passthru':>9} "
                  f"{'pool MiB':>10} {'seconds':>10}")
     for name, row in figures.items():
         if "pool_calls" not in row or not (row["pool_calls"] or row["passthrough_calls"]):
             continue
-        lines.append(f"{name:<12} {row['pool_calls']:>8} "
+        lines.append(f"{name:<{width}} {row['pool_calls']:>8} "
                      f"{row['passthrough_calls']:>9} "
                      f"{row['nbytes'] / 2**20:>10.1f} {row['seconds']:>10.4f}")
     return "\n".join(lines)

@@ -67,6 +67,7 @@ cdef extern from "cxl_kernels.h" nogil:
     uint64_t cxl_load_acquire(const uint64_t *p)
     void cxl_store_release(uint64_t *p, uint64_t v)
     void cxl_flush(const void *addr, size_t n, int invalidate)
+    uint64_t cxl_flush_meta(const void *addr, size_t n, int invalidate)
     void cxl_copy(void *dst, const void *src, size_t n)
     void cxl_copy_out(void *dst, const void *src, size_t n)
     void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
@@ -167,11 +168,15 @@ def cpu_features():
             "avx512f": bool(cxl_has_avx512f())}
 
 
-def flush(uintptr_t address, size_t nbytes, bint invalidate):
+def flush(uintptr_t address, size_t nbytes, bint invalidate, bint counted=False):
     """Write back (and with `invalidate`, drop) the cache lines of a range:
     how metadata outside a pool (the partition table) is shared between
-    hosts without coherent caches."""
-    cxl_flush(<const void *>address, nbytes, invalidate)
+    hosts without coherent caches.  `counted`: data moved by software
+    coherence (flushed_lines counts it), not metadata."""
+    if counted:
+        cxl_flush(<const void *>address, nbytes, invalidate)
+    else:
+        cxl_flush_meta(<const void *>address, nbytes, invalidate)
 
 
 DEF MPOL_BIND = 2
@@ -227,7 +232,9 @@ def check_layout(int nranks, size_t pool_nbytes):
 
 
 def flushed_lines():
-    """Cache lines this process flushed or invalidated (software coherence)."""
+    """Cache lines this process flushed or invalidated for software
+    coherence (CXLMPI_COHERENCE=sw); the metadata flushes of every mode
+    (set-up, detach, partition table) are not counted."""
     return cxl_flushed_lines
 
 
@@ -1236,7 +1243,7 @@ cdef class Pool:
             if mine and not self.detached and self.st.size > 0:
                 line = seq_ptr(&self.st, self.st.rank)  # this rank is gone
                 line[ATTACHED_WORD] = 0
-                cxl_flush(line, CTRL_NBYTES, 0)
+                cxl_flush_meta(line, CTRL_NBYTES, 0)
             if mine and not self.detached:
                 munmap(self.st.base, self.nbytes)
             self.st.base = NULL
@@ -1386,12 +1393,12 @@ cdef class Pool:
         h.arena_offset = arena_start(pool_nbytes) if arena_nbytes else pool_nbytes
         h.arena_nbytes = arena_nbytes
         cxl_store_release(&h.magic, MAGIC)
-        cxl_flush(self.st.base, ctrl_end, 0)
+        cxl_flush_meta(self.st.base, ctrl_end, 0)
 
     cdef _verify(self, int nranks, uint64_t token, size_t pool_nbytes,
                  size_t arena_nbytes):
         cdef header_t *h = <header_t *>self.st.base
-        cxl_flush(h, sizeof(header_t), 1)
+        cxl_flush_meta(h, sizeof(header_t), 1)
         slot_offset, half = Pool.layout(nranks, pool_nbytes)
         if (cxl_load_acquire(&h.magic) != MAGIC or h.version != VERSION
                 or h.arena_nbytes != arena_nbytes
@@ -1429,7 +1436,7 @@ cdef class Pool:
         line[HOST_WORD] = host_id
         line[ATTACHED_WORD] = 1
         cxl_store_release(line, 0)
-        cxl_flush(line, CTRL_NBYTES, 0)
+        cxl_flush_meta(line, CTRL_NBYTES, 0)
 
     def unlink(self):
         """Remove the segment's name; the mappings stay valid."""
@@ -1467,7 +1474,7 @@ cdef class Pool:
                 and self.st.size > 0:
             line = seq_ptr(&self.st, self.st.rank)
             line[ATTACHED_WORD] = 0
-            cxl_flush(line, CTRL_NBYTES, 0)
+            cxl_flush_meta(line, CTRL_NBYTES, 0)
         self.detached = True
         release, self.release = self.release, None
         if release is not None and self.pid == this_pid:

@@ -57,7 +57,11 @@ static inline void cxl_cpu_relax(void)
 /* Set once at start-up from CPUID: 2 = clwb, 1 = clflushopt, 0 = clflush. */
 static int cxl_flush_kind = -1;
 #endif
-/* Lines flushed or invalidated by this process (the stats counter). */
+/* Lines the software-coherence protocol flushed or invalidated in this
+ * process (cxl_flush; cxlmpi.stats()["coherence"]["flushed_lines"]).  The
+ * flushes every mode makes of metadata -- a pool's header and control lines
+ * at set-up and detach, the partition table -- go through cxl_flush_meta
+ * and are not counted: in hw mode the figure stays 0. */
 static uint64_t cxl_flushed_lines = 0;
 
 static inline int cxl_cpu_has(int leaf7_ebx_bit)
@@ -101,15 +105,16 @@ static inline int cxl_flush_available(void)
 #endif
 }
 
-/* Write back (and, for invalidate, drop) every line of [addr, addr+n).
- * invalidate=1 is what a reader does before loading data another host wrote. */
-static inline void cxl_flush(const void *addr, size_t n, int invalidate)
+/* Write back (and, for invalidate, drop) every line of [addr, addr+n);
+ * returns the number of lines.  invalidate=1 is what a reader does before
+ * loading data another host wrote. */
+static inline uint64_t cxl_flush_meta(const void *addr, size_t n, int invalidate)
 {
 #if CXL_X86
-    if (n == 0) return;
+    if (n == 0) return 0;
     const char *p = (const char *)((uintptr_t)addr & ~(uintptr_t)(CXL_LINE - 1));
     const char *end = (const char *)addr + n;
-    cxl_flushed_lines += (uint64_t)((end - p + CXL_LINE - 1) / CXL_LINE);
+    uint64_t lines = (uint64_t)((end - p + CXL_LINE - 1) / CXL_LINE);
     if (cxl_flush_kind < 0)
         cxl_flush_kind = cxl_has_clwb() ? 2 : cxl_has_clflushopt() ? 1 : 0;
     if (cxl_flush_kind == 2 && !invalidate) cxl_clwb_range(p, end);
@@ -120,22 +125,32 @@ static inline void cxl_flush(const void *addr, size_t n, int invalidate)
      * may pass an sfence). */
     if (invalidate) _mm_mfence();
     else _mm_sfence();
+    return lines;
 #elif defined(__aarch64__)
-    if (n == 0) return;
+    if (n == 0) return 0;
     uint64_t ctr;
     __asm__ __volatile__("mrs %0, ctr_el0" : "=r"(ctr));
     size_t line = (size_t)4 << ((ctr >> 16) & 0xF);   /* smallest D-cache line */
     const char *p = (const char *)((uintptr_t)addr & ~(uintptr_t)(line - 1));
     const char *end = (const char *)addr + n;
-    cxl_flushed_lines += (uint64_t)((end - p + line - 1) / line);
+    uint64_t lines = (uint64_t)((end - p + line - 1) / line);
     if (invalidate)
         for (; p < end; p += line) __asm__ __volatile__("dc civac, %0" :: "r"(p) : "memory");
     else
         for (; p < end; p += line) __asm__ __volatile__("dc cvac, %0" :: "r"(p) : "memory");
     __asm__ __volatile__("dsb ish" ::: "memory");
+    return lines;
 #else
     (void)addr; (void)n; (void)invalidate;  /* sw coherence refused at set-up */
+    return 0;
 #endif
+}
+
+/* The same, for the software-coherence protocol: counted in
+ * cxl_flushed_lines. */
+static inline void cxl_flush(const void *addr, size_t n, int invalidate)
+{
+    cxl_flushed_lines += cxl_flush_meta(addr, n, invalidate);
 }
 
 /* ------------------------------------------------------------- waiting */

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,39 @@ def test_disagreement_names_the_setting(name: str) -> None:
     else:
         assert error is not None and name in error and "rank 2" in error
         assert set(re.findall(r"CXLMPI_[A-Z_]+", error)) == {name}  # and no other
+
+
+# ------------------------------------------------- unknown CXLMPI_* names
+
+# Names the tests use on purpose as misspellings or strays (never read).
+FAKE_NAMES = {"CXLMPI_X", "CXLMPI_THRESHHOLD", "CXLMPI_POOLSIZE", "CXLMPI_NO_SUCH_THING"}
+
+
+def test_unknown_names_suggest_the_closest_setting() -> None:
+    env = {"CXLMPI_THRESHHOLD": "1M", "CXLMPI_POOLSIZE": "8M", "CXLMPI_NO_SUCH_THING": "1",
+           "CXLMPI_THRESHOLD": "8K", "CXLMPI_SYSFS": "/sys", "OTHER_THRESHHOLD": "1"}
+    assert config.unknown(env) == [("CXLMPI_NO_SUCH_THING", None),
+                                   ("CXLMPI_POOLSIZE", "CXLMPI_POOL_SIZE"),
+                                   ("CXLMPI_THRESHHOLD", "CXLMPI_THRESHOLD")]
+    assert "did you mean CXLMPI_THRESHOLD?" in config.describe_unknown(
+        "CXLMPI_THRESHHOLD", "CXLMPI_THRESHOLD")
+
+
+def test_settings_and_internal_names_are_known() -> None:
+    env = {name: "1" for name in [*(v.name for v in config.VARIABLES), *config.INTERNAL]}
+    assert config.unknown(env) == []
+
+
+def test_every_name_the_project_reads_is_known() -> None:
+    """Every CXLMPI_* name in the code, tools, tests and Makefile is a
+    setting or deliberately listed in config.INTERNAL: none would warn."""
+    root = Path(__file__).resolve().parent.parent
+    files = [root / "Makefile", *root.glob("cxlmpi/*.py"), *root.glob("pyx/*.pyx"),
+             *root.glob("pyx/*.h"), *root.glob("tools/*.py"), *root.glob("examples/*.py"),
+             *root.glob("tests/**/*.py")]
+    names = set()
+    for path in files:
+        names |= set(re.findall(r"\bCXLMPI_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+    assert names, files
+    known = {v.name for v in config.VARIABLES} | set(config.INTERNAL)
+    assert names - known - FAKE_NAMES == set()

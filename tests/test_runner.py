@@ -35,6 +35,7 @@ PROBE = "tests/scripts/probe.py"
 FAILING = "tests/scripts/failing.py"
 PATCHING = "tests/scripts/patching.py"
 STATS_CALLS = "tests/scripts/stats_calls.py"
+OBJECT_STATS = "tests/scripts/object_stats.py"
 ZOMBIE_PEER = "tests/scripts/zombie_peer.py"
 
 # tests/scripts on the path too, for `-m probe` and `-c "from probe import ..."`.
@@ -75,7 +76,8 @@ def stats_tables(stderr: str) -> dict[int, dict[str, list[float]]]:
             current = tables[rank] = {}
             continue
         fields = line.split()
-        if current is not None and len(fields) == 5 and fields[0].isalpha() \
+        if current is not None and len(fields) == 5 \
+                and re.fullmatch(r"[a-z_]+(\(obj\))?", fields[0]) \
                 and fields[0] != "collective":
             current[fields[0]] = [float(f) for f in fields[1:]]
         elif current is not None and fields[:1] != ["collective"]:
@@ -274,7 +276,7 @@ def expected_info() -> dict:
             "print('EXPECT ' + json.dumps({\n"
             "    'version': cxlmpi.__version__,\n"
             "    'mpi4py': mpi4py.__version__,\n"
-            "    'library': MPI.Get_library_version().splitlines()[0].strip(),\n"
+            "    'library': ' '.join(MPI.Get_library_version().splitlines()[0].split()),\n"
             "    'variables': [v.name for v in config.VARIABLES],\n"
             "    'defaults': [v.default for v in config.VARIABLES],\n"
             "    'agreed': [v.agreed for v in config.VARIABLES]}))\n")
@@ -296,6 +298,8 @@ def test_info(expected_info: dict) -> None:
     assert f"cxlmpi {expected_info['version']}" in out
     assert f"mpi4py {expected_info['mpi4py']}" in out
     assert f"MPI library: {expected_info['library']}" in out
+    version_line = tagged(out, "mpi4py")
+    assert "  " not in version_line.strip(), version_line  # MPICH's padding is gone
     assert re.search(r"backend: shm\b", out)
     assert re.search(r"pool size: 1048576 B\b", out)
     assert re.search(r"threshold: 8192 B\b", out)
@@ -309,6 +313,44 @@ def test_info(expected_info: dict) -> None:
         shown = {"CXLMPI_POOL_SIZE": "1M", "CXLMPI_THRESHOLD": "8K",
                  "CXLMPI_COHERENCE": "sw"}.get(var, "(unset)")
         assert rows[var][:3] == [shown, default, "same" if agreed else "any"], (var, rows[var])
+    # The table's columns line up: in every row the first five fields start
+    # where the header's do (the widest name, CXLMPI_ZEROCOPY_THRESHOLD, too).
+    table = [line for line in out.splitlines() if line.startswith(("variable ", "CXLMPI_"))]
+    assert table[0].startswith("variable ") and len(table) == 1 + len(rows)
+
+    def starts(line: str) -> list[int]:
+        return [m.start() for m in re.finditer(r"\S+", line)][:5]
+
+    for line in table[1:]:
+        assert starts(line) == starts(table[0]), f"\n{table[0]}\n{line}"
+
+
+def test_unknown_variable_warns_once(expected_info: dict) -> None:
+    """A misspelled setting is not ignored without a word: --info warns on
+    stderr (once), names the closest setting and lists it; a job warns
+    once (rank 0), not once per rank; the internal names never warn."""
+    env = {var: value for var, value in mpi_env().items()
+           if not var.startswith("CXLMPI_")}
+    env.update({"CXLMPI_THRESHHOLD": "1M", "CXLMPI_NO_SUCH_THING": "1",
+                "CXLMPI_SYSFS": "/sys", "CXLMPI_EXPECT_FLUSH": "0"})
+    proc = subprocess.run([sys.executable, "-m", "cxlmpi", "--info"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warned) == 2, proc.stderr
+    assert "CXLMPI_THRESHHOLD" in warned[1] and "did you mean CXLMPI_THRESHOLD?" in warned[1]
+    assert "CXLMPI_NO_SUCH_THING" in warned[0] and "did you mean" not in warned[0]
+    assert "SYSFS" not in proc.stderr and "EXPECT_FLUSH" not in proc.stderr
+    listed = proc.stdout.split("unknown CXLMPI_* variables (ignored):\n", 1)[1]
+    assert "  CXLMPI_THRESHHOLD=1M: " in listed and "did you mean CXLMPI_THRESHOLD?" in listed
+    assert "SYSFS" not in listed
+
+    job = run_mpi(NRANKS, ["-m", "cxlmpi", PROBE], env={"CXLMPI_THRESHHOLD": "1M"})
+    warned = [line for line in job.stderr.splitlines() if "CXLMPI_THRESHHOLD" in line]
+    assert len(warned) == 1 and "did you mean CXLMPI_THRESHOLD?" in warned[0], job.stderr
+    assert len(tagged_json(job.stdout, "PROBE")) == NRANKS  # and the program ran
+    quiet = run_mpi(NRANKS, ["-m", "cxlmpi", PROBE], env={"CXLMPI_SYSFS": "/sys"})
+    assert "warning" not in quiet.stderr, quiet.stderr
 
 
 BAD_CONFIG = {
@@ -370,6 +412,40 @@ def test_stats(how: str) -> None:
         for name, (pool, passthrough, nbytes) in expect.items():
             assert table[name][:2] == [pool, passthrough], (rank, name, table[name])
             assert table[name][2] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
+
+
+@pytest.mark.parametrize("objects", ["1", "0"])
+def test_stats_object_collectives(objects: str) -> None:
+    """comm.bcast, comm.allreduce & co. show in cxlmpi.stats() and the exit
+    table as "<method>(obj)", with as many calls as the program made: with
+    CXLMPI_OBJECTS=1 the large pickles through the pool (with their bytes),
+    the small ones passed through; without it, every call passed through."""
+    proc = run_mpi(NRANKS, ["-m", "cxlmpi", "--stats", OBJECT_STATS],
+                   env={"CXLMPI_OBJECTS": objects})
+    figures = tagged_json(proc.stdout, "STATS")
+    calls = tagged_json(proc.stdout, "CALLS")
+    payload = int(tagged(proc.stdout, "PAYLOAD"))
+    assert len(calls) == 7, calls
+    # Bytes moved per pool call, at least: the large payload of every block.
+    blocks = {"bcast": 1, "gather": NRANKS, "scatter": NRANKS, "allgather": NRANKS,
+              "alltoall": NRANKS * NRANKS, "reduce": NRANKS, "allreduce": NRANKS + 1}
+    tables = stats_tables(proc.stderr)
+    assert sorted(tables) == list(range(NRANKS)), proc.stderr
+    for name, (large, small) in calls.items():
+        row = figures[f"{name}(obj)"]
+        if objects == "1":
+            assert (row["pool_calls"], row["passthrough_calls"]) == (large, small), (name, row)
+            low = large * blocks[name] * payload
+            assert low <= row["nbytes"] < low + large * blocks[name] * 4096, (name, row)
+            assert row["seconds"] > 0
+        else:
+            assert (row["pool_calls"], row["passthrough_calls"], row["nbytes"]) == \
+                (0, large + small, 0), (name, row)
+        for rank, table in tables.items():
+            assert table[f"{name}(obj)"][:2] == [row["pool_calls"], row["passthrough_calls"]], \
+                (rank, name, table)
+    # the buffer collectives' rows are apart: the objects' calls are not there
+    assert figures["bcast"]["pool_calls"] == figures["bcast"]["passthrough_calls"] == 0
 
 
 # --------------------------------------------------------------- 7. examples

@@ -6,7 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
-from common import CFG, PLAIN, RANK, SIZE, agree, expect_flush, make_data
+from common import CFG, PLAIN, RANK, SIZE, agree, expect_flush, make_data, pool_calls
 from cxlmpi._pool import Pool
 from mpi4py import MPI
 
@@ -125,6 +125,38 @@ def test_stats_and_flush_counter(comm):
         agree(set(row) >= {"pool_calls", "passthrough_calls", "nbytes", "seconds"}, name)
     if expect_flush() and SIZE > 1:
         agree(s["coherence"]["flushed_lines"] > 0, "sw coherence flushed lines")
+
+
+def test_flush_counter_counts_software_coherence_only():
+    """stats()["coherence"]["flushed_lines"] counts the lines software
+    coherence flushes: in hw mode nothing -- not a pool's set-up, its
+    calls, its detach, nor a partition table -- and in sw mode more with
+    every pool collective."""
+    from cxlmpi._pool import flushed_lines
+
+    calls = 3
+    n = max(CFG.threshold, 1 << 12) // 8
+    send, recv = np.arange(n, dtype=np.float64), np.empty(n)
+    before, pooled = flushed_lines(), pool_calls("allreduce")
+    comm = cxlmpi.wrap(PLAIN.Dup())  # a fresh pool: its set-up counts too
+    after = []
+    try:
+        for _ in range(calls):
+            comm.Allreduce(send, recv)
+            after.append(flushed_lines())
+    finally:
+        comm.Free()
+    freed = flushed_lines()
+    went_to_pool = pool_calls("allreduce") - pooled == calls
+    if CFG.pool_groups == 1:  # one pool of every rank: every call went there
+        agree(went_to_pool == (SIZE > 1 and not CFG.disable), "allreduce through the pool")
+    grew = [b - a for a, b in zip([before, *after], after)]
+    if CFG.coherence == "hw":
+        ok = freed == before
+    else:
+        ok = not went_to_pool or all(d > 0 for d in grew)
+    agree(ok, f"{CFG.coherence} mode: lines counted per call {grew}, "
+              f"{freed - before} in all")
 
 
 def test_timeout_names_missing_ranks(comm):
