@@ -504,3 +504,39 @@ def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how
               if line.startswith("RAISED CXLMPIConfigError") and var in line]
     assert len(raised) == 2, job.describe()
     assert "FINISHED" not in job.stdout, job.describe()
+
+
+# ------------------------------------------------------ 6. tools/compare.py
+
+THREADS_PROGRAM = """\
+import os, sys
+from mpi4py import MPI
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print("# a comment line, not compared")
+    print("RESULT threads", os.environ.get("OMP_NUM_THREADS"), sys.argv[1:])
+    print("TIME 0.25")
+"""
+
+
+@pytest.mark.parametrize("user_threads", [None, "3"])
+def test_compare_runs_one_blas_thread_unless_told(user_threads: str | None,
+                                                  tmp_path) -> None:
+    """tools/compare.py runs both sides with OMP_NUM_THREADS=1 (threaded BLAS
+    on every rank made the timings too noisy to compare) unless the user
+    set it; it passes the program's arguments, reads its TIME line and
+    compares its other lines."""
+    program = tmp_path / "threads.py"
+    program.write_text(THREADS_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if user_threads:
+        env["OMP_NUM_THREADS"] = user_threads
+    proc = subprocess.run([sys.executable, "tools/compare.py", "-n", "2", "--repeat", "1",
+                           str(program), "--", "x", "-y"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    want = user_threads or "1"
+    assert f"results agree: yes   (RESULT threads {want} ['x', '-y'])" in proc.stdout, \
+        proc.stdout
+    assert re.search(r"^program TIME \(s\)\s+0\.250\s+0\.250\s+1\.00x$", proc.stdout, re.M), \
+        proc.stdout
+    assert f"OMP_NUM_THREADS={want}" in proc.stdout.splitlines()[0], proc.stdout
