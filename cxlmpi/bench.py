@@ -36,13 +36,16 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import config
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "COLLECTIVES",
@@ -527,16 +530,17 @@ def _round_speedups(record: dict[str, Any]) -> list[float]:
 
 
 def plot_figure(records: Sequence[dict[str, Any]],
-                metadata: dict[str, Any] | None = None) -> Any:
+                metadata: dict[str, Any] | None = None) -> Figure:
     """A matplotlib Figure of `records` (as ``--json`` writes them): one
     panel per collective (small multiples, in the order measured), each a
     latency plot (stock, cxlmpi and memcpy, µs) above a speedup plot
-    (stock / cxlmpi, log scale).  Only the sizes measured are drawn, as points (no
-    lines between them) with x ticks at exactly those sizes; the error bars
+    (stock / cxlmpi, log scale).  Only the sizes measured are drawn, as
+    points (no lines between them) with x ticks at exactly those sizes; the error bars
     run from the fastest to the slowest round; cxlmpi's marker says how it
     ran the calls (PATH_MARKERS: through the pool, or passed to MPI).
     Barrier (no message size) is not drawn.  Each axes is labelled "<op>
-    latency" or "<op> speedup" (``Axes.get_label()``); needs matplotlib."""
+    latency" or "<op> speedup" (``Axes.get_label()``); needs matplotlib
+    (3.7 or later: the optional ``[bench]`` extra)."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -753,7 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="FILE",
                     help="write {metadata, records} as JSON")
     ap.add_argument("--plot", metavar="FILE.png",
-                    help="plot latency and speedup per size (needs matplotlib)")
+                    help="plot latency and speedup at the measured sizes, one panel per "
+                         "collective, pool/MPI points marked, error bars over the rounds "
+                         "(needs matplotlib: pip install 'cxlmpi[bench]')")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -836,7 +842,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise BenchError(str(exc)) from None
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise BenchError("--plot needs matplotlib, an optional dependency that is not "
-                         "installed (pip install matplotlib)")
+                         "installed (pip install matplotlib, or the [bench] extra)")
 
     settings = Settings(rounds=args.rounds, iterations=args.iterations, warmup=args.warmup,
                         buffers=args.buffers, data_varying=args.data_varying,
