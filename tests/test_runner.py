@@ -475,7 +475,9 @@ def test_numpy_is_not_imported_before_the_program(options: list[str]) -> None:
     cxlmpi must not start NumPy (and its BLAS threads) first (a training
     loop ran 5-20x slower with two BLAS threads per rank), not even to
     install the --alloc hook (it goes in when the program imports NumPy)."""
-    code = "import sys; print('NUMPY', 'numpy' in sys.modules)"
+    # One write per rank: print() writes its pieces separately, and the
+    # two ranks' pieces interleaved ("NUMPYNUMPY  FalseFalse").
+    code = "import sys; sys.stdout.write(f'NUMPY {\"numpy\" in sys.modules}\\n')"
     out = run_mpi(2, ["-m", "cxlmpi", *options, "-c", code])
     assert out.stdout.split().count("False") == 2, out.stdout
 
