@@ -36,13 +36,16 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import config
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "COLLECTIVES",
@@ -56,6 +59,8 @@ __all__ = [
     "size_list",
     "format_size",
     "describe_mismatch",
+    "plot_figure",
+    "write_plot",
     "main",
 ]
 
@@ -503,55 +508,130 @@ def write_json(path: str, records: Sequence[dict[str, Any]], metadata: dict[str,
         f.write("\n")
 
 
-def write_plot(path: str, records: Sequence[dict[str, Any]], metadata: dict[str, Any]) -> None:
-    """Latency of both communicators (and memcpy) and the speedup per size,
-    log2 size axis, one colour per collective."""
-    import matplotlib
+# How cxlmpi ran the calls of a record ("path"), as a marker of its points.
+PATH_MARKERS = {"pool": "o", "view": "D", "mixed": "s", "mpi": "x"}
+PATH_LABELS = {"pool": "cxlmpi: pool", "view": "cxlmpi: by reference",
+               "mixed": "cxlmpi: pool and MPI", "mpi": "cxlmpi: passed to MPI"}
+STOCK_COLOUR, CXLMPI_COLOUR, MEMCPY_COLOUR = "0.45", "tab:blue", "0.7"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
 
-    fig, (lat, gain) = plt.subplots(2, 1, sharex=True, figsize=(9, 8),
-                                    gridspec_kw={"height_ratios": [3, 2]})
+def _spread(median: float, values: Sequence[float]) -> tuple[float, float]:
+    """(below, above) the median to the min and max of the rounds (0 when
+    the record has no per-round figures)."""
+    if not values:
+        return 0.0, 0.0
+    return max(0.0, median - min(values)), max(0.0, max(values) - median)
+
+
+def _round_speedups(record: dict[str, Any]) -> list[float]:
+    """stock / cxlmpi of each round (the two alternate in every round)."""
+    pairs = zip(record.get("rounds_stock_avg_us") or [], record.get("rounds_cxlmpi_avg_us") or [])
+    return [s / c for s, c in pairs if c]
+
+
+def plot_figure(records: Sequence[dict[str, Any]],
+                metadata: dict[str, Any] | None = None) -> Figure:
+    """A matplotlib Figure of `records` (as ``--json`` writes them): one
+    panel per collective (small multiples, in the order measured), each a
+    latency plot (stock, cxlmpi and memcpy, µs) above a speedup plot
+    (stock / cxlmpi, log scale).  Only the sizes measured are drawn, as
+    points (no lines between them) with x ticks at exactly those sizes; the error bars
+    run from the fastest to the slowest round; cxlmpi's marker says how it
+    ran the calls (PATH_MARKERS: through the pool, or passed to MPI).
+    Barrier (no message size) is not drawn.  Each axes is labelled "<op>
+    latency" or "<op> speedup" (``Axes.get_label()``); needs matplotlib
+    (3.7 or later: the optional ``[bench]`` extra)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
     ops = list(dict.fromkeys(r["op"] for r in records if r["size"]))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if not ops:
+        raise ValueError("nothing to plot: no record with a message size")
+    ncols = min(3, len(ops))
+    nrows = math.ceil(len(ops) / ncols)
+    fig = Figure(figsize=(4.6 * ncols, 4.4 * nrows + 0.9), layout="constrained")
+    grid = fig.add_gridspec(nrows, ncols)
+    paths_seen: list[str] = []
     for i, op in enumerate(ops):
-        rows = [r for r in records if r["op"] == op]
-        x = [r["size"] for r in rows]
-        colour = colours[i % len(colours)]
-        lat.plot(x, [r["stock_avg_us"] for r in rows], "--o", color=colour, ms=3,
-                 label=f"{op} stock")
-        lat.plot(x, [r["cxlmpi_avg_us"] for r in rows], "-o", color=colour, ms=3,
-                 label=f"{op} cxlmpi")
-        gain.plot(x, [r["speedup"] for r in rows], "-o", color=colour, ms=3, label=op)
-    copies: dict[int, list[float]] = {}
-    for r in records:
-        if r["memcpy_avg_us"] is not None:
-            copies.setdefault(r["size"], []).append(r["memcpy_avg_us"])
-    if copies:
-        sizes = sorted(copies)
-        lat.plot(sizes, [statistics.median(copies[s]) for s in sizes], ":", color="grey",
-                 label="memcpy")
-    lat.set_yscale("log")
-    lat.set_ylabel("time per call (µs, avg over ranks)")
-    lat.legend(fontsize="small", ncol=2)
-    lat.grid(True, which="both", alpha=0.3)
-    library = metadata["mpi_library"].split(",")[0].replace(" Version:", "")
-    lat.set_title(f"cxlmpi {metadata['cxlmpi_version']} vs stock {library}, "
-                  f"{metadata['ranks']} ranks, "
-                  f"{metadata['bench']['buffers']} buffers", fontsize="medium")
-    gain.axhline(1.0, color="black", lw=0.8)
-    gain.set_xscale("log", base=2)
-    gain.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(int(round(v)))))
-    gain.set_xlabel("message size (bytes per rank's message)")
-    gain.set_ylabel("speedup (stock / cxlmpi)")
-    gain.grid(True, which="both", alpha=0.3)
-    if len(ops) > 1:
-        gain.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        rows = sorted((r for r in records if r["op"] == op), key=lambda r: r["size"])
+        sizes = [r["size"] for r in rows]
+        cell = grid[i // ncols, i % ncols].subgridspec(2, 1, height_ratios=[3, 2], hspace=0)
+        lat = fig.add_subplot(cell[0], label=f"{op} latency")
+        gain = fig.add_subplot(cell[1], sharex=lat, label=f"{op} speedup")
+        lat.set_title(op, fontsize="medium")
+        for label, colour, marker in (("stock", STOCK_COLOUR, "s"), ("memcpy", MEMCPY_COLOUR, "_")):
+            points = [(r["size"], r[f"{label}_avg_us"], r.get(f"rounds_{label}_avg_us") or [])
+                      for r in rows if r.get(f"{label}_avg_us") is not None]
+            if points:
+                lat.errorbar([p[0] for p in points], [p[1] for p in points],
+                             yerr=np.array([_spread(p[1], p[2]) for p in points]).T,
+                             fmt=marker, color=colour, ms=5, capsize=2, label=label)
+        for path in PATH_MARKERS:
+            group = [r for r in rows if r["path"] == path]
+            if not group:
+                continue
+            if path not in paths_seen:
+                paths_seen.append(path)
+            x = [r["size"] for r in group]
+            lat.errorbar(x, [r["cxlmpi_avg_us"] for r in group],
+                         yerr=np.array([_spread(r["cxlmpi_avg_us"],
+                                                r.get("rounds_cxlmpi_avg_us") or [])
+                                        for r in group]).T,
+                         fmt=PATH_MARKERS[path], color=CXLMPI_COLOUR, ms=6, capsize=2,
+                         mfc="none" if path == "mpi" else CXLMPI_COLOUR,
+                         label=PATH_LABELS[path])
+            gain.errorbar(x, [r["speedup"] for r in group],
+                          yerr=np.array([_spread(r["speedup"], _round_speedups(r))
+                                         for r in group]).T,
+                          fmt=PATH_MARKERS[path], color=CXLMPI_COLOUR, ms=6, capsize=2,
+                          label=PATH_LABELS[path])
+        lat.set_yscale("log")
+        lat.grid(True, which="major", alpha=0.3)
+        lat.tick_params(labelbottom=False)
+        if i % ncols == 0:
+            lat.set_ylabel("µs per call")
+            gain.set_ylabel("speedup")
+        gain.axhline(1.0, color="black", lw=0.8)
+        gain.set_yscale("log", base=2)  # 2x faster and 2x slower as far from 1
+        gain.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}x"))
+        gain.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        gain.set_xscale("log", base=2)
+        gain.xaxis.set_major_locator(FixedLocator(sizes))
+        gain.xaxis.set_minor_locator(NullLocator())
+        gain.set_xticks(sizes, [format_size(s) for s in sizes], fontsize="x-small",
+                        rotation=90 if len(sizes) > 4 else 0)
+        gain.set_xlim(sizes[0] / 1.5, sizes[-1] * 1.5)
+        gain.grid(True, axis="y", alpha=0.3)
+        if i // ncols == nrows - 1 or i + ncols >= len(ops):
+            gain.set_xlabel("message size")
+    handles = [Line2D([], [], ls="", marker="s", color=STOCK_COLOUR, label="stock MPI")]
+    handles += [Line2D([], [], ls="", marker=PATH_MARKERS[p], color=CXLMPI_COLOUR,
+                       mfc="none" if p == "mpi" else CXLMPI_COLOUR, label=PATH_LABELS[p])
+                for p in paths_seen]
+    handles.append(Line2D([], [], ls="", marker="_", color=MEMCPY_COLOUR,
+                          label="memcpy (reference)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+               fontsize="small", frameon=False)
+    title = "speedup = stock / cxlmpi; error bars: fastest to slowest round"
+    if metadata:
+        library = metadata["mpi_library"].split(",")[0].replace(" Version:", "")
+        title = (f"cxlmpi {metadata['cxlmpi_version']} vs stock {library}, "
+                 f"{plural(metadata['ranks'], 'rank')}, "
+                 f"{metadata['bench']['buffers']} buffers; {title}")
+    fig.suptitle(title, fontsize="medium")
+    return fig
+
+
+def write_plot(path: str, records: Sequence[dict[str, Any]], metadata: dict[str, Any]) -> None:
+    """Save `plot_figure(records, metadata)` to `path` (PNG, SVG, PDF: by
+    the suffix)."""
+    plot_figure(records, metadata).savefig(path, dpi=120)
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 rank', '2 ranks'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def metadata(comm: MPI.Intracomm, settings: Settings, argv: Sequence[str]) -> dict[str, Any]:
@@ -677,7 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="FILE",
                     help="write {metadata, records} as JSON")
     ap.add_argument("--plot", metavar="FILE.png",
-                    help="plot latency and speedup per size (needs matplotlib)")
+                    help="plot latency and speedup at the measured sizes, one panel per "
+                         "collective, pool/MPI points marked, error bars over the rounds "
+                         "(needs matplotlib: pip install 'cxlmpi[bench]')")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -760,7 +842,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise BenchError(str(exc)) from None
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise BenchError("--plot needs matplotlib, an optional dependency that is not "
-                         "installed (pip install matplotlib)")
+                         "installed (pip install matplotlib, or the [bench] extra)")
 
     settings = Settings(rounds=args.rounds, iterations=args.iterations, warmup=args.warmup,
                         buffers=args.buffers, data_varying=args.data_varying,
@@ -787,7 +869,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     status = 0
     if rank == 0:
         print(format_table(records, args.validate))
-        print(f"# {meta['ranks']} ranks, {meta['mpi_library']}; cxlmpi "
+        print(f"# {plural(meta['ranks'], 'rank')}, {meta['mpi_library']}; cxlmpi "
               f"{meta['cxlmpi_version']}, {settings.buffers} buffers"
               f"{', data varying' if settings.data_varying else ''}; "
               f"median of {settings.rounds} round(s)", flush=True)

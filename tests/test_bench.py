@@ -64,6 +64,7 @@ def test_json_csv_and_validation(tmp_path: Path) -> None:
         (r["op"], r["size"]) for r in records]
 
     assert "64 KiB" in proc.stdout and "speedup" in proc.stdout
+    assert "# 2 ranks," in proc.stdout
     assert "FAIL" not in proc.stdout
 
 
@@ -156,3 +157,75 @@ def test_plot_without_matplotlib(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "--plot needs matplotlib" in proc.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def _record(op: str, size: int, path: str, stock: list[float], shim: list[float]) -> dict:
+    """A record as measure() makes it, with the per-round figures given."""
+    med_stock, med_shim = sorted(stock)[len(stock) // 2], sorted(shim)[len(shim) // 2]
+    return {"op": op, "size": size, "path": path,
+            "stock_avg_us": med_stock, "cxlmpi_avg_us": med_shim,
+            "memcpy_avg_us": size / 1e4, "speedup": med_stock / med_shim,
+            "rounds_stock_avg_us": stock, "rounds_cxlmpi_avg_us": shim,
+            "rounds_memcpy_avg_us": [size / 1e4] * len(stock)}
+
+
+def test_plot_panels_sizes_paths_and_spread() -> None:
+    """plot_figure: one latency and one speedup axes per collective (Barrier,
+    without a size, is left out); points only at the measured sizes, x ticks
+    at exactly those; cxlmpi's points marked by path (pool and passed to MPI
+    differ); error bars span the rounds' min to max."""
+    pytest.importorskip("matplotlib")
+    from cxlmpi.bench import PATH_MARKERS, plot_figure
+
+    records = [
+        _record("Allreduce", 8, "mpi", [10, 11, 30], [10.5, 11, 12]),
+        _record("Allreduce", 65536, "pool", [40, 41, 42], [20, 21, 25]),
+        _record("Allreduce", 1 << 24, "pool", [3000, 3100, 3200], [2000, 2100, 2300]),
+        _record("Bcast", 8, "mpi", [5, 6, 7], [5, 6, 7]),
+        _record("Bcast", 1 << 24, "pool", [900, 1000, 1100], [800, 820, 840]),
+        _record("Reduce_scatter_block", 24, "mpi", [9, 9, 9], [9, 9, 9]),
+        _record("Barrier", 0, "pool", [4, 4, 4], [1, 1, 1]),
+    ]
+    measured = {"Allreduce": [8, 65536, 1 << 24], "Bcast": [8, 1 << 24],
+                "Reduce_scatter_block": [24]}
+    fig = plot_figure(records)
+    assert sorted(ax.get_label() for ax in fig.axes) == sorted(
+        f"{op} {kind}" for op in measured for kind in ("latency", "speedup"))
+    assert PATH_MARKERS["pool"] != PATH_MARKERS["mpi"]
+    for ax in fig.axes:
+        op, kind = ax.get_label().rsplit(" ", 1)
+        bars = {c.get_label(): c for c in ax.containers}
+        drawn = sorted({float(x) for c in bars.values() for x in c.lines[0].get_xdata()})
+        assert drawn == measured[op], (ax.get_label(), drawn)
+        assert all(line.get_linestyle() == "None" for c in bars.values()
+                   for line in c.lines[:1]), "points only: no lines between sizes"
+        assert list(ax.get_xticks()) == measured[op]
+        rows = {r["size"]: r for r in records if r["op"] == op}
+        for path, marker in (("pool", PATH_MARKERS["pool"]), ("mpi", PATH_MARKERS["mpi"])):
+            [container] = [c for label, c in bars.items() if label.endswith(
+                "pool" if path == "pool" else "passed to MPI")] or [None]
+            want = [s for s in measured[op] if rows[s]["path"] == path]
+            if container is None:
+                assert want == [], (ax.get_label(), path)
+                continue
+            assert container.lines[0].get_marker() == marker
+            assert list(container.lines[0].get_xdata()) == want
+        if kind == "latency":
+            stock = bars["stock"]
+            # The error bar of each size: from the fastest to the slowest round.
+            [segments] = [col.get_segments() for col in stock.lines[2]]
+            spans = [(seg[0][1], seg[1][1]) for seg in segments]
+            assert spans == [(min(rows[s]["rounds_stock_avg_us"]),
+                              max(rows[s]["rounds_stock_avg_us"])) for s in measured[op]]
+
+
+def test_plot_written_and_one_rank_is_singular(tmp_path: Path) -> None:
+    """A run on one process says '1 rank'; with matplotlib, --plot writes a
+    PNG of the run."""
+    has_plot = importlib.util.find_spec("matplotlib") is not None
+    png = tmp_path / "bench.png"
+    proc = _bench(1, ["--ops", "Allreduce,Bcast", "--sizes", "8,64K", *FAST]
+                  + (["--plot", str(png)] if has_plot else []))
+    assert "# 1 rank," in proc.stdout, proc.stdout
+    if has_plot:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

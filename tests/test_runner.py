@@ -263,6 +263,76 @@ def test_auto_patch_unpatch() -> None:
     assert sorted(stats_tables(proc.stderr)) == list(range(NRANKS)), proc.stderr
 
 
+# How a program takes its communicator and patches, line by line; `comm` is
+# the communicator it then uses.  `wrap` holds a wrapped COMM_WORLD early.
+TAKE = {
+    "world early": "comm = MPI.COMM_WORLD\nimport cxlmpi.auto",
+    "from-import early": "from mpi4py.MPI import COMM_WORLD as comm\nimport cxlmpi.auto",
+    "self early, patch()": ("import cxlmpi\nme = MPI.COMM_SELF\ncxlmpi.patch()\n"
+                            "comm = MPI.COMM_WORLD"),
+    "world early in a function": ("def main():\n    world = MPI.COMM_WORLD\n"
+                                  "    import cxlmpi.auto\n    return world\n"
+                                  "comm = main()"),
+    "auto first": "import cxlmpi.auto\ncomm = MPI.COMM_WORLD",
+    "wrap early": "import cxlmpi\ncomm = cxlmpi.wrap(MPI.COMM_WORLD)\nimport cxlmpi.auto",
+    "dup early": "comm = MPI.COMM_WORLD.Dup()\nimport cxlmpi.auto",
+}
+# Then one 512 KiB Allreduce on `comm`, against stock on a plain duplicate.
+HELD_PROGRAM = """\
+import json, warnings
+caught = []
+warnings.showwarning = lambda msg, cat, filename, lineno, *rest: caught.append(
+    [str(msg), cat.__name__, filename, lineno])
+import numpy as np
+from mpi4py import MPI
+{take}
+import cxlmpi
+stock = MPI.Intracomm(MPI.COMM_WORLD).Dup()
+data = np.arange(1 << 16, dtype=np.int64) * (stock.rank + 1)
+want, got = np.empty_like(data), np.empty_like(data)
+stock.Allreduce(data, want)
+before = cxlmpi.stats()["allreduce"]["pool_calls"]
+comm.Allreduce(data, got)
+result = dict(equal=bool(np.array_equal(got, want)), warnings=caught,
+              pool=cxlmpi.stats()["allreduce"]["pool_calls"] - before)
+everyone = stock.gather(result, root=0)
+if stock.rank == 0:
+    print("RESULT " + json.dumps(everyone))
+"""
+
+
+@pytest.mark.parametrize("order", TAKE)
+def test_communicator_taken_before_patching_warns(order: str) -> None:
+    """A stock COMM_WORLD or COMM_SELF that the program took before `import
+    cxlmpi.auto` / cxlmpi.patch() stays plain, silently: patching warns once,
+    at the program's line, naming the variable and the fix.  The right order,
+    a wrapped communicator and a duplicate (not the predefined handle) do
+    not warn.  Every result equals stock's; the warning tells the truth
+    (a warned-about COMM_WORLD ran its Allreduce in MPI)."""
+    program = HELD_PROGRAM.format(take=TAKE[order])
+    everyone = tagged_json(run_mpi(NRANKS, ["-c", program], env=ALL_POOL).stdout, "RESULT")
+    held = {"world early": "__main__.comm", "from-import early": "__main__.comm",
+            "self early, patch()": "__main__.me",
+            "world early in a function": "__main__.main().world"}.get(order)
+    for rank, result in enumerate(everyone):
+        assert result["equal"], (rank, result)
+        if held is None:
+            assert result["warnings"] == [], (rank, result)
+            assert result["pool"] == (0 if order == "dup early" else 1), (rank, result)
+            continue
+        [(message, category, filename, lineno)] = result["warnings"]
+        assert category == "UserWarning"
+        assert message.startswith(f"cxlmpi: {held} was taken from MPI before"), message
+        assert "import cxlmpi.auto" in message.lower() and "cxlmpi.wrap(comm)" in message
+        # The line of the program that patched: `import cxlmpi.auto` or patch().
+        assert filename == "<string>", result
+        patch_line = next(i for i, line in enumerate(program.splitlines(), 1)
+                          if "cxlmpi.auto" in line or "patch()" in line)
+        assert lineno == patch_line, (result, program)
+        # `comm` is the early COMM_WORLD, except where COMM_SELF was held.
+        assert result["pool"] == (1 if held == "__main__.me" else 0), (rank, result)
+
+
 # ------------------------------------------------------------------- 4. info
 
 
@@ -481,7 +551,9 @@ def test_numpy_is_not_imported_before_the_program(options: list[str]) -> None:
     cxlmpi must not start NumPy (and its BLAS threads) first (a training
     loop ran 5-20x slower with two BLAS threads per rank), not even to
     install the --alloc hook (it goes in when the program imports NumPy)."""
-    code = "import sys; print('NUMPY', 'numpy' in sys.modules)"
+    # One write per rank: print() writes its pieces separately, and the
+    # two ranks' pieces interleaved ("NUMPYNUMPY  FalseFalse").
+    code = "import sys; sys.stdout.write(f'NUMPY {\"numpy\" in sys.modules}\\n')"
     out = run_mpi(2, ["-m", "cxlmpi", *options, "-c", code])
     assert out.stdout.split().count("False") == 2, out.stdout
 
@@ -510,3 +582,39 @@ def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how
               if line.startswith("RAISED CXLMPIConfigError") and var in line]
     assert len(raised) == 2, job.describe()
     assert "FINISHED" not in job.stdout, job.describe()
+
+
+# ------------------------------------------------------ 6. tools/compare.py
+
+THREADS_PROGRAM = """\
+import os, sys
+from mpi4py import MPI
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print("# a comment line, not compared")
+    print("RESULT threads", os.environ.get("OMP_NUM_THREADS"), sys.argv[1:])
+    print("TIME 0.25")
+"""
+
+
+@pytest.mark.parametrize("user_threads", [None, "3"])
+def test_compare_runs_one_blas_thread_unless_told(user_threads: str | None,
+                                                  tmp_path) -> None:
+    """tools/compare.py runs both sides with OMP_NUM_THREADS=1 (threaded BLAS
+    on every rank made the timings too noisy to compare) unless the user
+    set it; it passes the program's arguments, reads its TIME line and
+    compares its other lines."""
+    program = tmp_path / "threads.py"
+    program.write_text(THREADS_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if user_threads:
+        env["OMP_NUM_THREADS"] = user_threads
+    proc = subprocess.run([sys.executable, "tools/compare.py", "-n", "2", "--repeat", "1",
+                           str(program), "--", "x", "-y"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    want = user_threads or "1"
+    assert f"results agree: yes   (RESULT threads {want} ['x', '-y'])" in proc.stdout, \
+        proc.stdout
+    assert re.search(r"^program TIME \(s\)\s+0\.250\s+0\.250\s+1\.00x$", proc.stdout, re.M), \
+        proc.stdout
+    assert f"OMP_NUM_THREADS={want}" in proc.stdout.splitlines()[0], proc.stdout
