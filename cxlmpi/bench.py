@@ -512,7 +512,7 @@ def write_json(path: str, records: Sequence[dict[str, Any]], metadata: dict[str,
 PATH_MARKERS = {"pool": "o", "view": "D", "mixed": "s", "mpi": "x"}
 PATH_LABELS = {"pool": "cxlmpi: pool", "view": "cxlmpi: by reference",
                "mixed": "cxlmpi: pool and MPI", "mpi": "cxlmpi: passed to MPI"}
-STOCK_COLOUR, CXLMPI_COLOUR, MEMCPY_COLOUR = "0.45", "tab:blue", "0.7"
+STOCK_COLOUR, SHIM_COLOUR, MEMCPY_COLOUR = "0.45", "tab:blue", "0.7"
 
 
 def _spread(median: float, values: Sequence[float]) -> tuple[float, float]:
@@ -578,13 +578,13 @@ def plot_figure(records: Sequence[dict[str, Any]],
                          yerr=np.array([_spread(r["cxlmpi_avg_us"],
                                                 r.get("rounds_cxlmpi_avg_us") or [])
                                         for r in group]).T,
-                         fmt=PATH_MARKERS[path], color=CXLMPI_COLOUR, ms=6, capsize=2,
-                         mfc="none" if path == "mpi" else CXLMPI_COLOUR,
+                         fmt=PATH_MARKERS[path], color=SHIM_COLOUR, ms=6, capsize=2,
+                         mfc="none" if path == "mpi" else SHIM_COLOUR,
                          label=PATH_LABELS[path])
             gain.errorbar(x, [r["speedup"] for r in group],
                           yerr=np.array([_spread(r["speedup"], _round_speedups(r))
                                          for r in group]).T,
-                          fmt=PATH_MARKERS[path], color=CXLMPI_COLOUR, ms=6, capsize=2,
+                          fmt=PATH_MARKERS[path], color=SHIM_COLOUR, ms=6, capsize=2,
                           label=PATH_LABELS[path])
         lat.set_yscale("log")
         lat.grid(True, which="major", alpha=0.3)
@@ -606,8 +606,8 @@ def plot_figure(records: Sequence[dict[str, Any]],
         if i // ncols == nrows - 1 or i + ncols >= len(ops):
             gain.set_xlabel("message size")
     handles = [Line2D([], [], ls="", marker="s", color=STOCK_COLOUR, label="stock MPI")]
-    handles += [Line2D([], [], ls="", marker=PATH_MARKERS[p], color=CXLMPI_COLOUR,
-                       mfc="none" if p == "mpi" else CXLMPI_COLOUR, label=PATH_LABELS[p])
+    handles += [Line2D([], [], ls="", marker=PATH_MARKERS[p], color=SHIM_COLOUR,
+                       mfc="none" if p == "mpi" else SHIM_COLOUR, label=PATH_LABELS[p])
                 for p in paths_seen]
     handles.append(Line2D([], [], ls="", marker="_", color=MEMCPY_COLOUR,
                           label="memcpy (reference)"))
