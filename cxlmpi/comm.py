@@ -68,9 +68,11 @@ _states: dict[int, _State] = _shim.states
 
 
 def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
-    state.free()
+    # Forget the state first: MPI may give the handle to a new communicator,
+    # which must never find this one's (closed) pool.
     if _states.get(comm.handle) is state:
         del _states[comm.handle]
+    state.free()
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
