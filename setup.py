@@ -4,6 +4,8 @@ The extensions use no MPI header and link no MPI library: every MPI call goes
 through mpi4py, so one build works with MPICH, Open MPI or any other MPI.
 """
 
+import glob
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -12,7 +14,9 @@ COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function"]
 
 extensions = [
     Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
-              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_kernels.h", "pyx/cxl_alloc.h"]),
+              extra_compile_args=COMPILE_ARGS,
+              depends=["pyx/cxl_kernels.h", "pyx/cxl_alloc.h", "pyx/cxl_layout.h",
+                       *glob.glob("pyx/pool/*.pxi")]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
               extra_compile_args=COMPILE_ARGS),
     # The NumPy allocation hook (NEP 49): the only part built against NumPy.

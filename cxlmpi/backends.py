@@ -65,8 +65,13 @@ LOCK_STALE_S = 10.0              # a lock held this long belongs to a dead claim
 
 FREE, CLAIMED, RELEASED = 0, 1, 2
 STATE_NAMES = {FREE: "free", CLAIMED: "claimed", RELEASED: "released"}
-# Words of a partition's control line (see pyx/_pool.pyx).
-CTRL_AT, CTRL_PID, CTRL_HOST, CTRL_ATTACHED = 4096, 1, 4, 5
+# Where a partition's control lines are, and the words read from them: the
+# layout pyx/cxl_layout.h declares (cxlmpi._pool.LAYOUT).
+CTRL_AT = _pool.LAYOUT["header_nbytes"]
+CTRL_LINE = _pool.LAYOUT["ctrl_nbytes"]
+CTRL_PID = _pool.LAYOUT["ctrl_pid"] // 8
+CTRL_HOST = _pool.LAYOUT["ctrl_host"] // 8
+CTRL_ATTACHED = _pool.LAYOUT["ctrl_attached"] // 8
 
 # Entry words: state, token, offset, nbytes, host, pid, pid start time,
 # claimed time (ns), uid, nranks, then the host name (32 bytes).
@@ -374,7 +379,7 @@ class Device:
     def _attached_ranks(self, offset: int, nranks: int) -> list[int]:
         """Ranks whose control line in the partition at `offset` says they
         still map it and whose process (if on this host) lives."""
-        length = _round_up(CTRL_AT + nranks * LINE, self.align)
+        length = _round_up(CTRL_AT + nranks * CTRL_LINE, self.align)
         try:
             m = mmap.mmap(self.fd, length, mmap.MAP_SHARED,
                           mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
@@ -382,10 +387,10 @@ class Device:
             return []
         try:
             _pool.flush(ctypes.addressof(ctypes.c_char.from_buffer(m, CTRL_AT)),
-                        nranks * LINE, True)
+                        nranks * CTRL_LINE, True)
             out = []
             for r in range(nranks):
-                words = struct.unpack_from("<6Q", m, CTRL_AT + r * LINE)
+                words = struct.unpack_from("<6Q", m, CTRL_AT + r * CTRL_LINE)
                 if words[CTRL_ATTACHED] and (words[CTRL_HOST] != HOST
                                              or _start_time(words[CTRL_PID])):
                     out.append(r)

@@ -308,7 +308,7 @@ static inline void cxl_copy_out(void *dst, const void *src, size_t n)
 }
 
 /* --------------------------------------------------- reduction kernels
- * Type codes (must match _core.pyx).  BYTE is an opaque byte: only the
+ * Type codes (cxlmpi._pool.TYPE_CODES names them).  BYTE is an opaque byte: only the
  * bitwise ops are defined on it, as MPI says for MPI_BYTE. */
 enum {
     CXL_I8, CXL_I16, CXL_I32, CXL_I64,
@@ -316,7 +316,7 @@ enum {
     CXL_F32, CXL_F64, CXL_C64, CXL_C128,
     CXL_BOOL, CXL_BYTE, CXL_NTYPES
 };
-/* Op codes (must match _core.pyx). */
+/* Op codes (cxlmpi._pool.OP_CODES names them). */
 enum {
     CXL_SUM, CXL_PROD, CXL_MAX, CXL_MIN,
     CXL_LAND, CXL_LOR, CXL_LXOR, CXL_BAND, CXL_BOR, CXL_BXOR, CXL_NOPS

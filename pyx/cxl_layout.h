@@ -1,0 +1,69 @@
+/* cxl_layout.h -- the shared layout of a pool segment, declared once.
+ *
+ * Every process may map a pool at a different address, so everything here is
+ * reached by offset from the start of the mapping:
+ *
+ *   0                  cxl_header (in a page of CXL_HEADER_NBYTES)
+ *   CXL_HEADER_NBYTES  cxl_ctrl[nranks]: one control line per rank, written
+ *                      only by its rank (single writer per cache line)
+ *   slot_offset        data halves: rank r owns two halves of half_nbytes,
+ *                      at slot_offset + (2*r + h) * half_nbytes
+ *   arena_offset       pool-resident arrays: rank r's arena at
+ *                      arena_offset + r * arena_nbytes
+ *
+ * Used by pyx/_pool.pyx (cdef extern) and, through the offsets it exports
+ * (cxlmpi._pool.LAYOUT), by cxlmpi/backends.py, which reads control lines of
+ * partitions to tell live jobs from stale ones.
+ */
+#ifndef CXL_LAYOUT_H
+#define CXL_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CXL_MAGIC 0x31304c504d4c5843ull  /* "CXLMPL01" little-endian */
+#define CXL_LAYOUT_VERSION 2             /* 2: call signatures, pass marks */
+#define CXL_HEADER_NBYTES 4096
+#define CXL_CTRL_NBYTES 128
+
+/* The segment header, written once by the creating rank (magic last). */
+typedef struct {
+    uint64_t magic;        /* +0   CXL_MAGIC once the rest is valid */
+    uint32_t version;      /* +8   CXL_LAYOUT_VERSION */
+    uint32_t nranks;       /* +12 */
+    uint64_t total_nbytes; /* +16  bytes mapped */
+    uint64_t slot_offset;  /* +24  where the data halves start */
+    uint64_t half_nbytes;  /* +32  bytes of one half */
+    uint64_t token;        /* +40  the partition's token (file/dax pools), 0 for shm */
+    uint64_t arena_offset; /* +48  where the arenas start (== pool size if none) */
+    uint64_t arena_nbytes; /* +56  bytes of each rank's arena */
+} cxl_header;
+
+/* One rank's control line: 128 bytes, so that adjacent-line prefetch never
+ * makes two ranks' lines share.  Fields first, then a release-store of seq.
+ * The first 64-byte line carries every step; the second one is read only at
+ * a call's first step (software coherence writes it back before seq). */
+typedef struct {
+    uint64_t seq;          /* +0   steps this rank published (release-stored last) */
+    int64_t pid;           /* +8   its process id (liveness: same host only) */
+    uint64_t value[2];     /* +16  a number published with a step, by step parity */
+    uint64_t host;         /* +32  its host's identity (cxlmpi.backends) */
+    uint64_t attached;     /* +40  1 while it has the pool mapped */
+    uint64_t value2[2];    /* +48  a second number of a header step, by parity */
+    /* second line */
+    uint64_t sig[3][2];    /* +64  the call whose first step this is, by parity:
+                            *      [0] what, call number, op, type, root
+                            *      [1] bytes (the same on every rank)
+                            *      [2] its share of the block checksum */
+    uint64_t passed;       /* +112 its last call sent to MPI */
+    uint64_t spare;        /* +120 */
+} cxl_ctrl;
+
+_Static_assert(sizeof(cxl_header) == 64, "cxl_header is one cache line");
+_Static_assert(sizeof(cxl_ctrl) == CXL_CTRL_NBYTES, "a control line is 128 bytes");
+_Static_assert(offsetof(cxl_ctrl, sig) == 64, "the signature opens the second line");
+_Static_assert(offsetof(cxl_ctrl, pid) == 8 && offsetof(cxl_ctrl, host) == 32
+               && offsetof(cxl_ctrl, attached) == 40,
+               "cxlmpi.backends reads these offsets through LAYOUT");
+
+#endif /* CXL_LAYOUT_H */

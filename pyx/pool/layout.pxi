@@ -1,0 +1,152 @@
+# The shared layout of a pool and this rank's view of it: the segment header,
+# the control lines, the data halves, the arenas; status codes.
+# (part of cxlmpi._pool: included by pyx/_pool.pyx)
+
+
+cdef extern from "cxl_layout.h" nogil:
+    # The shared layout, declared once (its placement comments are there).
+    uint64_t CXL_MAGIC
+    enum:
+        CXL_LAYOUT_VERSION
+        HEADER_NBYTES "CXL_HEADER_NBYTES"
+        CTRL_NBYTES "CXL_CTRL_NBYTES"
+    ctypedef struct cxl_header:
+        uint64_t magic
+        uint32_t version
+        uint32_t nranks
+        uint64_t total_nbytes
+        uint64_t slot_offset
+        uint64_t half_nbytes
+        uint64_t token
+        uint64_t arena_offset
+        uint64_t arena_nbytes
+    ctypedef struct cxl_ctrl:
+        uint64_t seq
+        int64_t pid
+        uint64_t value[2]
+        uint64_t host
+        uint64_t attached
+        uint64_t value2[2]
+        uint64_t sig[3][2]
+        uint64_t passed
+
+DEF PAGE_NBYTES = 4096
+
+
+cdef cxl_ctrl _ctrl_example
+
+
+def _layout():
+    cdef char *at = <char *>&_ctrl_example
+    return {"header_nbytes": HEADER_NBYTES, "ctrl_nbytes": CTRL_NBYTES,
+            "ctrl_pid": <char *>&_ctrl_example.pid - at,
+            "ctrl_host": <char *>&_ctrl_example.host - at,
+            "ctrl_attached": <char *>&_ctrl_example.attached - at}
+
+
+# Offsets of the shared layout that Python code reads (cxlmpi.backends).
+LAYOUT = _layout()
+# Status codes returned by the nogil algorithms.
+DEF OK = 0
+DEF ERR_TIMEOUT = -1
+DEF ERR_PEER_GONE = -2
+DEF ERR_MISMATCH = -3  # the ranks' calls differ (size, root, op, type, counts)
+DEF ERR_PASSED = -4    # a peer sent this call to MPI: every rank goes there too
+
+
+cdef extern from "cxl_kernels.h" nogil:
+    enum:
+        CXL_I8, CXL_I16, CXL_I32, CXL_I64, CXL_U8, CXL_U16, CXL_U32, CXL_U64
+        CXL_F32, CXL_F64, CXL_C64, CXL_C128, CXL_BOOL, CXL_BYTE
+        CXL_SUM, CXL_PROD, CXL_MAX, CXL_MIN, CXL_LAND, CXL_LOR, CXL_LXOR
+        CXL_BAND, CXL_BOR, CXL_BXOR
+
+
+# The kernels' type and op codes by name (the numbers are cxl_kernels.h's).
+TYPE_CODES = {
+    "i8": CXL_I8, "i16": CXL_I16, "i32": CXL_I32, "i64": CXL_I64,
+    "u8": CXL_U8, "u16": CXL_U16, "u32": CXL_U32, "u64": CXL_U64,
+    "f32": CXL_F32, "f64": CXL_F64, "c64": CXL_C64, "c128": CXL_C128,
+    "bool": CXL_BOOL, "byte": CXL_BYTE,
+}
+OP_CODES = {
+    "SUM": CXL_SUM, "PROD": CXL_PROD, "MAX": CXL_MAX, "MIN": CXL_MIN,
+    "LAND": CXL_LAND, "LOR": CXL_LOR, "LXOR": CXL_LXOR,
+    "BAND": CXL_BAND, "BOR": CXL_BOR, "BXOR": CXL_BXOR,
+}
+
+
+ctypedef struct state_t:
+    char *base
+    int rank
+    int size
+    uint64_t step          # last step this rank published
+    size_t half_nbytes
+    size_t slot_offset
+    int sw                 # software coherence: flush/invalidate
+    int spin               # busy-poll before yielding (a core per rank)
+    double timeout_s
+    int failed_rank        # set on error: a rank that never arrived
+    int failed_code
+    size_t arena_offset    # where the arenas start (== mapping size if none)
+    # per rank: its send buffer when read in place, or NULL (published
+    # through its half); the array itself NULL: every rank publishes
+    const char **res
+    cxl_progress progress  # how a waiter keeps MPI progressing (set_progress)
+    uint64_t ops           # calls of this rank: pool calls and passed ones
+    uint64_t sig[3]        # this call's signature (see wait_all)
+    int sig_pending        # the next step is this call's first
+
+
+DEF ARENA_ALIGN = 2 * 1024 * 1024
+
+
+cdef inline uint64_t resident(state_t *st, const char *addr, size_t nbytes,
+                              size_t mapped) noexcept nogil:
+    """offset + 1 of [addr, addr + nbytes) in the arenas, or 0."""
+    cdef const char *lo = st.base + st.arena_offset
+    cdef const char *hi = st.base + mapped
+    if st.arena_offset >= mapped or addr < lo or addr > hi or nbytes > <size_t>(hi - addr):
+        return 0
+    return <uint64_t>(addr - st.base) + 1
+
+
+cdef size_t arena_start(size_t pool_nbytes) noexcept nogil:
+    return (pool_nbytes + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN
+
+
+def check_layout(int nranks, size_t pool_nbytes):
+    """Raise ValueError when a pool of `pool_nbytes` bytes has no room for
+    `nranks` ranks."""
+    half = Pool.layout(nranks, pool_nbytes)[1]
+    if half < 2 * PAGE_NBYTES:
+        raise ValueError(
+            f"pool of {pool_nbytes} bytes is too small for {nranks} ranks; "
+            f"raise CXLMPI_POOL_SIZE")
+
+
+cdef inline cxl_ctrl *ctrl(state_t *st, int q) noexcept nogil:
+    """Rank q's control line."""
+    return <cxl_ctrl *>(st.base + HEADER_NBYTES + <size_t>q * CTRL_NBYTES)
+
+
+cdef inline char *half_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return st.base + st.slot_offset + (2 * <size_t>q + <size_t>(step & 1)) * st.half_nbytes
+
+
+cdef inline uint64_t *value_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return &ctrl(st, q).value[step & 1]
+
+
+cdef inline uint64_t *value2_ptr(state_t *st, int q, uint64_t step) noexcept nogil:
+    return &ctrl(st, q).value2[step & 1]
+
+
+DEF BLOCK_NBYTES = 8192  # reduce block: the running result stays in L1
+DEF BLOCK_TMP = 8192
+DEF STREAM_MIN_NBYTES = 4 * 1024 * 1024
+DEF MAX_ZC_RANKS = 1024
+
+
+cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:
+    return a if a < b else b

@@ -1,0 +1,65 @@
+# What the machine offers the pool: CPU features, cache flushes, NUMA
+# binding, the host's identity.
+# (part of cxlmpi._pool: included by pyx/_pool.pyx)
+
+
+cdef extern from "<sys/syscall.h>" nogil:
+    long SYS_mbind
+    long syscall(long number, ...)
+
+
+def reducer_defined(int op, int tcode):
+    """Whether the kernels define reduction `op` on type `tcode`."""
+    return cxl_reducer(op, tcode) != NULL
+
+
+def cpu_features():
+    """CPU features the kernels use, detected at run time."""
+    return {"cache_flush": bool(cxl_flush_available()),
+            "clflushopt": bool(cxl_has_clflushopt()),
+            "clwb": bool(cxl_has_clwb()),
+            "avx2": bool(cxl_has_avx2()),
+            "avx512f": bool(cxl_has_avx512f())}
+
+
+def flush(uintptr_t address, size_t nbytes, bint invalidate, bint counted=False):
+    """Write back (and with `invalidate`, drop) the cache lines of a range:
+    how metadata outside a pool (the partition table) is shared between
+    hosts without coherent caches.  `counted`: data moved by software
+    coherence (flushed_lines counts it), not metadata."""
+    if counted:
+        cxl_flush(<const void *>address, nbytes, invalidate)
+    else:
+        cxl_flush_meta(<const void *>address, nbytes, invalidate)
+
+
+DEF MPOL_BIND = 2
+
+
+cdef bind_node(char *base, size_t nbytes, int node):
+    """Bind the pages of a fresh shared mapping to NUMA node `node` before
+    anything touches them."""
+    cdef unsigned long mask[16]
+    if node < 0 or node >= 16 * 64:
+        raise PoolError(0, f"NUMA node {node} is out of range")
+    memset(mask, 0, sizeof(mask))
+    mask[node // 64] = 1UL << (node % 64)
+    if syscall(SYS_mbind, base, nbytes, MPOL_BIND, mask, 16 * 64 + 1, 0) != 0:
+        raise PoolError(errno, f"mbind(node {node}): {strerror(errno).decode()}")
+
+
+cdef uint64_t host_id = 0
+
+
+def set_host(uint64_t value):
+    """This host's identity, stored in the control lines of the pools this
+    process maps (a pid means something only on its host)."""
+    global host_id
+    host_id = value
+
+
+def flushed_lines():
+    """Cache lines this process flushed or invalidated for software
+    coherence (CXLMPI_COHERENCE=sw); the metadata flushes of every mode
+    (set-up, detach, partition table) are not counted."""
+    return cxl_flushed_lines

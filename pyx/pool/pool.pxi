@@ -1,0 +1,893 @@
+# The Pool: one mapped segment and this rank's view of it (creation, attach,
+# partitions, arenas, close), the collective entry points, pool-resident
+# buffers.
+# (part of cxlmpi._pool: included by pyx/_pool.pyx)
+
+
+class PoolError(OSError):
+    """A segment could not be created, opened or mapped."""
+
+
+class PoolNoSpace(MemoryError):
+    """The memory behind the pool (/dev/shm, the pool file) cannot hold more."""
+
+
+# Pool memory is reserved before it is used (fallocate on the backing file):
+# tmpfs allocates pages only at first touch, and a full /dev/shm (a
+# container's 64 MiB) would otherwise kill the process with SIGBUS.  What
+# cannot be reserved falls back - private memory for arrays, MPI for a pool
+# that cannot be created - and the process says so once (cxl_no_space).
+NO_SPACE = "not enough shared memory"
+
+
+cdef extern from *:
+    """
+    #include <stdio.h>
+    static int cxl_warned_no_space = 0;
+    static void cxl_no_space(const char *what, size_t nbytes)
+    {
+        if (__atomic_exchange_n(&cxl_warned_no_space, 1, __ATOMIC_ACQ_REL)) return;
+        fprintf(stderr, "cxlmpi: warning: not enough shared memory (/dev/shm or the "
+                "pool file is full) for %zu more bytes of %s. Give the job more "
+                "(e.g. docker run --shm-size=1g) or lower CXLMPI_POOL_SIZE / "
+                "CXLMPI_ARENA_SIZE; this warning is not repeated.\\n", nbytes, what);
+        fflush(stderr);
+    }
+    """
+    void cxl_no_space(const char *what, size_t nbytes) nogil
+
+
+cdef extern from "cxl_alloc.h" nogil:
+    ctypedef void (*cxl_notice_fn)(const char *what, size_t nbytes)
+    ctypedef struct cxl_arena:
+        size_t nbytes
+        int retired
+    int CXL_ALLOC_OK
+    int CXL_ALLOC_FULL
+    int CXL_ALLOC_NOSPACE
+    void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
+                        int64_t fd_offset, cxl_notice_fn notice, const char *what)
+    void cxl_arena_destroy(cxl_arena *a)
+    int cxl_arena_alloc(cxl_arena *a, size_t size, int reserve, size_t *offset)
+    void cxl_arena_free(cxl_arena *a, size_t off)
+    size_t cxl_arena_free_bytes(cxl_arena *a)
+    int fallocate(int fd, int mode, off_t offset, off_t length)
+    int dup(int fd)
+    int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE, EINTR
+
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_atfork(void (*prepare)() noexcept nogil, void (*parent)() noexcept nogil,
+                       void (*child)() noexcept nogil)
+
+
+cdef const char *ARENA_WHAT = (b"pool-resident arrays (cxlmpi.empty & co. return private "
+                               b"arrays now)")
+
+
+# The process this module runs in: a child made by fork() gets its own pid
+# here, and leaves every pool it inherited alone (see Pool.inherited).
+cdef int64_t this_pid = getpid()
+
+
+cdef void after_fork_in_child() noexcept nogil:
+    global this_pid
+    this_pid = getpid()
+
+
+pthread_atfork(NULL, NULL, after_fork_in_child)
+
+
+def warn_no_space(str what, size_t nbytes):
+    """Say, once per process, that `nbytes` of pool memory for `what` could
+    not be had (later calls, and the NumPy hook's, stay silent)."""
+    cxl_no_space(what.encode(), nbytes)
+
+
+def no_space_notice():
+    """Address of the C function behind warn_no_space (for the NumPy hook)."""
+    return <uintptr_t>cxl_no_space
+
+
+cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
+    """Back [offset, offset + nbytes) of `fd` with memory now; 0, or the
+    errno (0 too where the file cannot reserve: devdax needs no reserving)."""
+    cdef int rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    while rc != 0 and errno == EINTR:
+        rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    if rc == 0 or errno == EOPNOTSUPP or errno == ENODEV or errno == ENOSYS \
+            or errno == ESPIPE:
+        return 0
+    return errno
+
+
+cdef class Pool:
+    """One mapped segment and this rank's view of it (one per communicator).
+
+    Create with `Pool.create(...)` on the group leader, send `name` to the
+    others, `Pool.attach(name, ...)` there, then `unlink()` on the leader
+    once every rank has attached.
+    """
+    cdef state_t st
+    cdef size_t nbytes
+    cdef readonly str name
+    cdef readonly bint unlinked
+    cdef public size_t chunk_nbytes
+    cdef public size_t rsag_min_nbytes
+    cdef public int rsag_min_ranks
+    cdef public object release   # called once after close (frees a partition)
+    cdef public size_t zerocopy_min_nbytes
+    cdef cxl_arena arena         # this rank's arena (cxl_alloc.h: no Python inside)
+    cdef size_t live             # PoolBuffers alive (they keep the mapping)
+    cdef bint closing
+    cdef bint detached           # exiting: line cleared, partition given back
+    cdef readonly int fd         # the backing file, for reserving memory
+    cdef readonly size_t file_offset  # where the mapping starts in it
+    cdef int64_t pid             # the process that mapped the pool
+
+    def __cinit__(self):
+        self.st.base = NULL
+        self.nbytes = 0
+        self.unlinked = True
+        self.live = 0
+        self.closing = False
+        self.detached = False
+        self.fd = -1
+        self.file_offset = 0
+        self.pid = this_pid
+        memset(&self.arena, 0, sizeof(cxl_arena))
+
+    def __dealloc__(self):
+        self._unmap()
+        cxl_arena_destroy(&self.arena)
+
+    cdef _unmap(self):
+        """Let go of the segment.  Only the process that mapped it clears its
+        control line and removes the name; a forked child, and a process
+        detached at exit (arrays may still be used), keep the mapping until
+        they exit and touch nothing shared."""
+        cdef cxl_ctrl *line
+        cdef bint mine = self.pid == this_pid
+        if self.st.base != NULL:
+            if mine and not self.detached and self.st.size > 0:
+                line = ctrl(&self.st, self.st.rank)  # this rank is gone
+                line.attached = 0
+                cxl_flush_meta(line, CTRL_NBYTES, 0)
+            if mine and not self.detached:
+                munmap(self.st.base, self.nbytes)
+            self.st.base = NULL
+        if self.fd >= 0:
+            close(self.fd)
+            self.fd = -1
+        if not self.unlinked:
+            if mine:
+                shm_unlink(self.name.encode())
+            self.unlinked = True
+
+    @staticmethod
+    def layout(int nranks, size_t pool_nbytes):
+        """(slot_offset, half_nbytes) for a pool of `pool_nbytes` bytes."""
+        cdef size_t slot_offset = HEADER_NBYTES + nranks * CTRL_NBYTES
+        slot_offset = (slot_offset + PAGE_NBYTES - 1) // PAGE_NBYTES * PAGE_NBYTES
+        if pool_nbytes <= slot_offset:
+            return slot_offset, 0
+        cdef size_t half = (pool_nbytes - slot_offset) // (2 * nranks)
+        return slot_offset, half // PAGE_NBYTES * PAGE_NBYTES
+
+    @staticmethod
+    def mapping_nbytes(int nranks, size_t pool_nbytes, size_t arena_nbytes):
+        """Bytes of a pool with `arena_nbytes` of pool-resident arrays per
+        rank (the arenas start 2 MiB-aligned after the slots)."""
+        if arena_nbytes == 0:
+            return pool_nbytes
+        return arena_start(pool_nbytes) + <size_t>nranks * arena_nbytes
+
+    @staticmethod
+    def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
+               int numa_node=-1, size_t arena_nbytes=0):
+        """Create, size and map a new POSIX shared-memory segment under an
+        unguessable name (O_EXCL, mode 0600); returns the Pool of the
+        creating rank.  With `numa_node` >= 0 the segment's pages are bound
+        to that NUMA node (the policy is stored with the shared object, so
+        every rank's page faults follow it)."""
+        check_layout(nranks, pool_nbytes)
+        cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
+        name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
+        cdef bytes bname = name.encode()
+        cdef int fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        if fd < 0:
+            raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+        cdef Pool pool = Pool.__new__(Pool)
+        pool.name = name
+        pool.unlinked = False
+        pool.fd = fd                # kept: arena blocks are reserved through it
+        try:
+            if ftruncate(fd, total) != 0:
+                raise PoolError(errno, f"ftruncate({name}, {total}): "
+                                       f"{strerror(errno).decode()}")
+            pool._map(fd, 0, total)
+            if numa_node >= 0:
+                bind_node(pool.st.base, total, numa_node)  # before any page exists
+            pool._reserve_segment(pool_nbytes)
+        except BaseException:
+            pool._unmap()
+            raise
+        pool._format(nranks, 0, pool_nbytes, arena_nbytes)
+        pool._setup(rank)
+        return pool
+
+    @staticmethod
+    def attach(str name, int rank, int nranks, size_t pool_nbytes,
+               size_t arena_nbytes=0):
+        """Map an existing segment created by `create` on another rank."""
+        cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
+        cdef bytes bname = name.encode()
+        cdef int fd = shm_open(bname, O_RDWR, 0)
+        if fd < 0:
+            raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+        cdef struct_stat sb
+        cdef Pool pool = Pool.__new__(Pool)
+        pool.name = name
+        pool.fd = fd                # kept: arena blocks are reserved through it
+        try:
+            if fstat(fd, &sb) != 0:
+                raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
+            if sb.st_uid != getuid() or (sb.st_mode & (S_IRWXG | S_IRWXO)):
+                raise PoolError(0, f"{name}: not a private segment of this user")
+            if <size_t>sb.st_size != total:
+                raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {total}")
+            pool._map(fd, 0, total)
+        except BaseException:
+            pool._unmap()
+            raise
+        pool._verify(nranks, 0, pool_nbytes, arena_nbytes)
+        pool._setup(rank)
+        return pool
+
+    @staticmethod
+    def map_partition(int fd, size_t offset, size_t nbytes, int rank, int nranks,
+                      bint create, uint64_t token, str name, size_t arena_nbytes=0):
+        """Map `nbytes` of an open file or device at `offset` (a partition
+        claimed through the device's partition table, see
+        cxlmpi.backends).  The creating rank formats the partition, wiping
+        whatever an earlier job left in its control lines; the others check
+        that it carries this job's `token`."""
+        check_layout(nranks, nbytes)
+        cdef Pool pool = Pool.__new__(Pool)
+        pool.name = name
+        pool.fd = dup(fd)           # arena blocks are reserved through it
+        pool.file_offset = offset
+        pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
+        if create:
+            pool._reserve_segment(nbytes)
+            pool._format(nranks, token, nbytes, arena_nbytes)
+        else:
+            pool._verify(nranks, token, nbytes, arena_nbytes)
+        pool._setup(rank)
+        return pool
+
+    cdef _map(self, int fd, size_t offset, size_t nbytes):
+        cdef void *addr = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                               fd, <off_t>offset)
+        if addr == MAP_FAILED:
+            raise PoolError(errno, f"mmap({self.name}, {nbytes} bytes at {offset}): "
+                                   f"{strerror(errno).decode()}")
+        self.st.base = <char *>addr
+        self.nbytes = nbytes
+
+    cdef _reserve_segment(self, size_t nbytes):
+        """Back the header, control lines and slots (the first `nbytes`)
+        with memory now, so that no collective ever meets a SIGBUS."""
+        cdef int err
+        with nogil:
+            err = reserve_file(self.fd, self.file_offset, nbytes)
+        if err:
+            raise PoolError(err, f"{NO_SPACE} for the pool {self.name} ({nbytes} bytes, "
+                                 f"CXLMPI_POOL_SIZE): {strerror(err).decode()}")
+
+    cdef _format(self, int nranks, uint64_t token, size_t pool_nbytes,
+                 size_t arena_nbytes):
+        """Write the header of a new pool: control lines zeroed first (no
+        stale step of an earlier user), the magic number last."""
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
+        cdef size_t ctrl_end = HEADER_NBYTES + <size_t>nranks * CTRL_NBYTES
+        memset(self.st.base, 0, ctrl_end)
+        cdef cxl_header *h = <cxl_header *>self.st.base
+        h.version = CXL_LAYOUT_VERSION
+        h.nranks = nranks
+        h.total_nbytes = self.nbytes
+        h.slot_offset = slot_offset
+        h.half_nbytes = half
+        h.token = token
+        h.arena_offset = arena_start(pool_nbytes) if arena_nbytes else pool_nbytes
+        h.arena_nbytes = arena_nbytes
+        cxl_store_release(&h.magic, CXL_MAGIC)
+        cxl_flush_meta(self.st.base, ctrl_end, 0)
+
+    cdef _verify(self, int nranks, uint64_t token, size_t pool_nbytes,
+                 size_t arena_nbytes):
+        cdef cxl_header *h = <cxl_header *>self.st.base
+        cxl_flush_meta(h, sizeof(cxl_header), 1)
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
+        if (cxl_load_acquire(&h.magic) != CXL_MAGIC or h.version != CXL_LAYOUT_VERSION
+                or h.arena_nbytes != arena_nbytes
+                or h.nranks != <uint32_t>nranks or h.total_nbytes != self.nbytes
+                or h.slot_offset != slot_offset or h.half_nbytes != half
+                or h.token != token):
+            self._unmap()
+            raise PoolError(0, f"{self.name}: header does not match this job's pool")
+
+    cdef _setup(self, int rank):
+        cdef cxl_header *h = <cxl_header *>self.st.base
+        self.st.rank = rank
+        self.st.size = h.nranks
+        self.st.step = 0
+        self.st.half_nbytes = h.half_nbytes
+        self.st.slot_offset = h.slot_offset
+        self.st.sw = 0
+        self.st.spin = 1
+        self.st.timeout_s = 0
+        self.st.res = NULL
+        memset(&self.st.progress, 0, sizeof(cxl_progress))
+        self.st.ops = 0
+        self.st.sig_pending = 0
+        self.chunk_nbytes = h.half_nbytes
+        self.rsag_min_nbytes = 0
+        self.rsag_min_ranks = 3
+        self.zerocopy_min_nbytes = 256 * 1024
+        self.st.arena_offset = h.arena_offset
+        if h.arena_nbytes:
+            cxl_arena_init(&self.arena, self.st.base,
+                           h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
+                           self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
+        cdef cxl_ctrl *line = ctrl(&self.st, rank)
+        line.pid = getpid()
+        line.host = host_id
+        line.attached = 1
+        cxl_store_release(&line.seq, 0)
+        cxl_flush_meta(line, CTRL_NBYTES, 0)
+
+    def unlink(self):
+        """Remove the segment's name; the mappings stay valid."""
+        if not self.unlinked:
+            shm_unlink(self.name.encode())
+            self.unlinked = True
+
+    def close(self):
+        """No more collectives: unmap the segment (and unlink it if this rank
+        still owns the name), then give a claimed partition back - once the
+        last pool-resident array of this rank is gone, too."""
+        self.closing = True
+        if self.live == 0:
+            self._finish_close()
+
+    cdef _finish_close(self):
+        self._unmap()
+        release, self.release = self.release, None
+        if release is not None and self.pid == this_pid:
+            release()
+
+    def detach(self):
+        """The process is exiting: no more collectives or allocations; this
+        rank's control line says it is gone and a claimed partition is given
+        back now, while the device is still open.  Arrays still alive keep
+        their memory mapped until the process ends (nothing of the pool is
+        written again)."""
+        self.closing = True
+        self.arena.retired = 1
+        if self.live == 0:
+            self._finish_close()
+            return
+        cdef cxl_ctrl *line
+        if self.pid == this_pid and not self.detached and self.st.base != NULL \
+                and self.st.size > 0:
+            line = ctrl(&self.st, self.st.rank)
+            line.attached = 0
+            cxl_flush_meta(line, CTRL_NBYTES, 0)
+        self.detached = True
+        release, self.release = self.release, None
+        if release is not None and self.pid == this_pid:
+            release()
+
+    @property
+    def inherited(self):
+        """True in a child made by fork(): the pool is its parent's, and the
+        child may neither allocate from it nor run collectives in it."""
+        return self.pid != this_pid
+
+    # ------------------------------------------------ pool-resident memory
+
+    def allocate(self, size_t nbytes, bint reserve=True):
+        """A PoolBuffer of `nbytes` in this rank's arena (first fit, 64-byte
+        aligned; 4 KiB for 64 KiB and more), its memory reserved in the
+        backing file unless `reserve` is False.  MemoryError when the arena
+        is full; PoolNoSpace (a MemoryError) when /dev/shm or the pool file
+        cannot hold it; ValueError when closed or in a forked child."""
+        self._check()
+        cdef size_t off = 0
+        cdef int rc
+        with nogil:   # a C allocator: no Python (no collection) inside
+            rc = cxl_arena_alloc(&self.arena, nbytes, reserve, &off)
+        if rc == CXL_ALLOC_OK:
+            try:
+                return PoolBuffer._new(self, off, nbytes, True, False)
+            except BaseException:
+                cxl_arena_free(&self.arena, off)
+                raise
+        if rc == CXL_ALLOC_NOSPACE:
+            raise PoolNoSpace(f"cxlmpi: {NO_SPACE} for {nbytes} bytes of pool-resident "
+                              f"arrays (/dev/shm or the pool file is full)")
+        if rc != CXL_ALLOC_FULL:
+            self._check()
+            raise ValueError("pool is closed")
+        raise MemoryError(
+            f"cxlmpi: no room for {nbytes} bytes among this rank's pool-resident "
+            f"arrays ({self.arena.nbytes} bytes, {self.arena_free()} free); raise "
+            f"CXLMPI_ARENA_SIZE")
+
+    cdef _give_back(self, size_t off):
+        """Return a block to the arena (a no-op in a forked child)."""
+        cxl_arena_free(&self.arena, off)
+
+    def arena_free(self):
+        """Free bytes in this rank's arena."""
+        return cxl_arena_free_bytes(&self.arena)
+
+    def arena_nbytes(self):
+        """Bytes of each rank's arena (0: no pool-resident arrays)."""
+        if self.st.base == NULL:
+            return 0
+        return (<cxl_header *>self.st.base).arena_nbytes
+
+    def offset_of(self, uintptr_t address, size_t nbytes):
+        """Offset in the pool of [address, address + nbytes) when it lies in
+        the arenas (any rank's), else -1."""
+        cdef uint64_t at = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+        return <int64_t>at - 1
+
+    def view(self, size_t offset, size_t nbytes):
+        """A read-only PoolBuffer on `nbytes` at `offset` of the arenas (a
+        peer's array: Bcast_view); it keeps the mapping alive."""
+        self._check()
+        if offset < self.st.arena_offset or offset + nbytes > self.nbytes \
+                or offset + nbytes < offset:
+            raise ValueError(f"offset {offset} + {nbytes} bytes is outside the arenas")
+        return PoolBuffer._new(self, offset, nbytes, False, True)
+
+    @property
+    def closed(self):
+        return self.st.base == NULL or self.closing
+
+    @property
+    def rank(self):
+        return self.st.rank
+
+    @property
+    def size(self):
+        return self.st.size
+
+    @property
+    def step(self):
+        return self.st.step
+
+    @property
+    def half_nbytes(self):
+        return self.st.half_nbytes
+
+    @property
+    def total_nbytes(self):
+        return self.nbytes
+
+    property timeout_s:
+        def __get__(self):
+            return self.st.timeout_s
+
+        def __set__(self, double value):
+            self.st.timeout_s = value
+
+    property spin:
+        def __get__(self):
+            return bool(self.st.spin)
+
+        def __set__(self, bint value):
+            self.st.spin = value
+
+    property software_coherence:
+        def __get__(self):
+            return bool(self.st.sw)
+
+        def __set__(self, bint value):
+            self.st.sw = value
+
+    def seqs(self):
+        """Every rank's published step, read from the control lines."""
+        self._check()
+        return [cxl_load_acquire(&ctrl(&self.st, q).seq) for q in range(self.st.size)]
+
+    def missing_ranks(self):
+        """Ranks that have not yet published this rank's current step."""
+        return [q for q, s in enumerate(self.seqs()) if s < self.st.step]
+
+    cdef _check(self):
+        if self.pid != this_pid:
+            raise ValueError("this pool belongs to the parent process: a child made "
+                             "by fork() can neither allocate from it nor run "
+                             "collectives in it")
+        if self.st.base == NULL or self.closing:
+            raise ValueError("pool is closed")
+
+    cdef size_t _chunk(self, size_t itemsize, bint rsag):
+        """Bytes one rank publishes per step: whole elements that fit a half
+        (with room for the 1/p result slice in the reduce-scatter case)."""
+        cdef size_t cap = self.st.half_nbytes
+        if rsag:
+            cap = cap * self.st.size // (self.st.size + 1) - itemsize
+        cdef size_t chunk = self.chunk_nbytes if self.chunk_nbytes < cap else cap
+        chunk -= chunk % itemsize
+        return chunk if chunk >= itemsize else itemsize
+
+    cdef _raise(self, int rc, str what):
+        raise PoolFailure(rc, self.st.failed_rank, what)
+
+    cdef _expect(self, str what, int root, int op, int tcode, uint64_t nbytes,
+                 uint64_t pairs):
+        """The signature of the call about to start (published with its
+        first step, compared by every rank: see check_signatures)."""
+        self.st.ops += 1
+        self.st.sig[0] = ((<uint64_t>kind_code(what) << 48)
+                          | (self.st.ops & 0xFFFF) << 32
+                          | (<uint64_t>(op + 1) & 0xFF) << 24
+                          | (<uint64_t>(tcode + 1) & 0xFF) << 16
+                          | (<uint64_t>(root + 1) & 0xFFFF))
+        self.st.sig[1] = nbytes
+        self.st.sig[2] = pairs
+        self.st.sig_pending = 1
+
+    def set_progress(self, uintptr_t iprobe, uintptr_t comm, int any_source,
+                     int any_tag, bint comm_is_int):
+        """Keep MPI progressing while this rank waits in the pool: `iprobe`
+        is the address of MPI_Iprobe, `comm` the handle of a communicator
+        nothing is ever sent to (see cxlmpi.progress)."""
+        self.st.progress.iprobe = <void *>iprobe
+        self.st.progress.comm = <intptr_t>comm
+        self.st.progress.any_source = any_source
+        self.st.progress.any_tag = any_tag
+        self.st.progress.comm_is_int = comm_is_int
+
+    @property
+    def progress_calls(self):
+        """MPI progress calls made by this pool's waits."""
+        return self.st.progress.calls
+
+    def note_pass(self):
+        """This rank sends its current call to MPI: peers that took it to
+        the pool see that and follow (a mismatch, or a rank that cannot use
+        the pool for this call, must not leave them waiting here)."""
+        mark_passed(&self.st)
+
+    def pass_marker(self):
+        """(address of a C function, its argument): note_pass without a
+        Python call, for the pass-through hot path (cxlmpi._shim), which
+        keeps this Pool alive while it holds them."""
+        return <uintptr_t>&mark_passed, <uintptr_t>&self.st
+
+    def signatures(self):
+        """Every rank's signature of its last call's first step, decoded:
+        [(what, root, op, tcode, nbytes)] (root/op/tcode -1 when none)."""
+        self._check()
+        out = []
+        cdef cxl_ctrl *line
+        cdef uint64_t a
+        for q in range(self.st.size):
+            line = ctrl(&self.st, q)
+            if self.st.sw:
+                cxl_flush(line.sig, CTRL_NBYTES // 2, 1)
+            a = line.sig[0][self.st.step & 1]
+            out.append((KIND_NAMES.get(a >> 48, f"call {a >> 48:#x}"),
+                        <int>(a & 0xFFFF) - 1, <int>((a >> 24) & 0xFF) - 1,
+                        <int>((a >> 16) & 0xFF) - 1, line.sig[1][self.st.step & 1]))
+        return out
+
+    def barrier(self):
+        """All ranks of the pool meet (no data)."""
+        self._check()
+        cdef int rc
+        self._expect("Barrier", -1, -1, -1, 0, 0)
+        with nogil:
+            rc = alg_barrier(&self.st)
+        if rc != OK:
+            self._raise(rc, "Barrier")
+
+    def bcast(self, uintptr_t address, size_t nbytes, int root):
+        """Broadcast `nbytes` at `address` (this rank's buffer) from `root`."""
+        self._check()
+        cdef size_t chunk = self._chunk(1, False)
+        cdef int rc = OK
+        cdef bint zc = self._zerocopy(nbytes)
+        cdef uint64_t mine = 0, theirs = 0
+        self._expect("Bcast", root, -1, -1, nbytes, 0)
+        if zc and self.st.rank == root:
+            mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+        elif zc:
+            theirs = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+        with nogil:
+            rc = run_bcast(&self.st, <char *>address, nbytes, root, chunk, zc, mine, theirs,
+                           self.nbytes)
+        if rc != OK:
+            self._raise(rc, "Bcast")
+
+    def reduce(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
+               size_t itemsize, int op, int tcode, int root):
+        """Reduce `count` elements to `root` (every rank when root < 0).
+        `sendaddr` may equal `recvaddr` (in place); `recvaddr` is ignored on
+        non-root ranks of a rooted reduce."""
+        self._check()
+        cdef cxl_reduce_fn fn = reducer(op, tcode)
+        # Two ranks move the same bytes across cores either way, and the
+        # everyone-reduces-all algorithm takes one step per chunk instead of
+        # two: reduce-scatter + allgather pays from three ranks on.
+        cdef bint rsag = (self.st.size >= self.rsag_min_ranks
+                          and count >= <size_t>self.st.size
+                          and count * itemsize >= self.rsag_min_nbytes)
+        cdef size_t chunk = self._chunk(itemsize, rsag)
+        cdef int rc = OK
+        cdef size_t nbytes = count * itemsize
+        cdef bint zc = self._zerocopy(nbytes)
+        cdef uint64_t send1 = 0, recv1 = 0
+        self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0)
+        if zc:
+            send1 = resident(&self.st, <const char *>sendaddr, nbytes, self.nbytes)
+            if root < 0 or root == self.st.rank:
+                recv1 = resident(&self.st, <const char *>recvaddr, nbytes, self.nbytes)
+        with nogil:
+            rc = run_reduce(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
+                            itemsize, fn, root, rsag, chunk, zc, send1, recv1, self.nbytes)
+        if rc != OK:
+            self._raise(rc, "Allreduce" if root < 0 else "Reduce")
+
+    cdef bint _zerocopy(self, size_t nbytes):
+        """Whether a collective of `nbytes` first asks where every rank's
+        buffers live (the same answer on every rank: the pool has arenas,
+        and the size is past zerocopy_min_nbytes)."""
+        return (self.st.arena_offset < self.nbytes and nbytes >= self.zerocopy_min_nbytes
+                and self.st.size <= MAX_ZC_RANKS)
+
+    cdef bint _zerocopy_tables(self, size_t nbytes):
+        """`_zerocopy`, and room in a half for the three tables of p words
+        the personalized collectives publish."""
+        return self._zerocopy(nbytes) and <size_t>self.st.size * 24 <= self.st.half_nbytes
+
+    def _sub(self, size_t itemsize):
+        """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
+        cdef size_t sub = self.st.half_nbytes // self.st.size
+        cdef size_t chunk = self.chunk_nbytes
+        if chunk < sub:
+            sub = chunk
+        sub -= sub % 64
+        sub -= sub % itemsize
+        return sub if sub >= itemsize else itemsize
+
+    def agree(self, uint64_t value, str what="header step", int root=-1,
+              uint64_t pairs=0):
+        """A header step of collective `what`: every rank publishes `value`;
+        returns the maximum, or 0 when any rank published 0 ("not through
+        the pool").  `pairs`: this rank's share of the block checksum
+        (pair_hash), checked when no rank published 0."""
+        self._check()
+        cdef uint64_t agreed = 0
+        cdef int rc
+        self._expect(what + " header", root, -1, -1, 0, 0)
+        with nogil:
+            rc = agree_max(&self.st, value, pairs, &agreed)
+        if rc != OK:
+            self._raise(rc, what)
+        return agreed
+
+    def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
+               recv_nbytes, int root, size_t max_nbytes, str what, uint64_t pairs=0):
+        """Allgather(v) (root < 0) and Gather(v).  `recv_addrs`/`recv_nbytes`:
+        where each rank's block goes (ignored off the root of a Gather);
+        `max_nbytes`: the largest block of any rank (the same everywhere);
+        `pairs`: this rank's share of the block checksum (pair_hash)."""
+        self._check()
+        self._expect(what, root, -1, -1, max_nbytes, pairs)
+        cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
+        cdef size_t chunk = self._chunk(1, False)
+        cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
+        cdef int rc = OK, p = self.st.size
+        cdef bint zc = self._zerocopy_tables(max_nbytes * p), done = False
+        cdef bint reader = root < 0 or root == self.st.rank
+        # As a personalized exchange: the same block for every rank; off the
+        # root of a Gather nothing is received.
+        cdef _Arrays send = _Arrays([sendaddr] * p, [send_nbytes] * p) if zc else None
+        cdef _Arrays into = recv if reader or not zc else _Arrays([0] * p, [0] * p)
+        with nogil:
+            if zc:
+                rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
+                                     into.addr, into.nbytes, self.nbytes, &done)
+            if rc == OK and not done:
+                rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
+                                recv.addr, recv.nbytes, root, nsteps, chunk)
+        if rc != OK:
+            self._raise(rc, what)
+
+    def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
+                 size_t max_nbytes, str what, int root=-1, uint64_t pairs=0):
+        """Alltoall(v) and Scatter(v) (from `root`): `send_*[d]` goes to
+        rank d, `recv_*[q]` comes from rank q; `max_nbytes`: the largest
+        block between any two ranks (the same everywhere); `pairs`: this
+        rank's share of the block checksum (pair_hash)."""
+        self._check()
+        self._expect(what, root, -1, -1, max_nbytes, pairs)
+        cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
+        cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
+        cdef size_t sub = self._sub(1)
+        cdef size_t nsteps = (max_nbytes + sub - 1) // sub
+        cdef int rc = OK
+        cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size), done = False
+        with nogil:
+            if zc:
+                rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
+                                     recv.addr, recv.nbytes, self.nbytes, &done)
+            if rc == OK and not done:
+                rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
+                                  recv.addr, recv.nbytes, nsteps, sub)
+        if rc != OK:
+            self._raise(rc, what)
+
+    def reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr,
+                       size_t itemsize, int op, int tcode, bint inplace, str what):
+        """Reduce_scatter(_block): `send_addrs[d]` is where this rank's piece
+        for rank d starts, `counts[d]` its elements (the same on every rank);
+        `inplace`: the pieces are in the receive buffer, whose start gets the
+        result."""
+        self._check()
+        cdef cxl_reduce_fn fn = reducer(op, tcode)
+        cdef _Arrays send = _Arrays(send_addrs, counts)
+        # every rank passes the same counts: their hash must agree
+        self._expect(what, -1, op, tcode, counts_hash(send.nbytes, self.st.size) ^ itemsize, 0)
+        cdef size_t sub_count = self._sub(itemsize) // itemsize
+        cdef size_t nsteps = 0, q
+        cdef size_t total = 0
+        for q in range(self.st.size):
+            nsteps = max(nsteps, (send.nbytes[q] + sub_count - 1) // sub_count)
+            total += send.nbytes[q] * itemsize
+        cdef int rc = OK
+        # In place the result overwrites the start of the send buffer, which
+        # rank 0 may still be reading: the copying path then.
+        cdef bint zc = self._zerocopy_tables(total) and not inplace
+        cdef bint all_resident = False, push = False
+        cdef _Arrays blocks = _Arrays(send_addrs, [c * itemsize for c in counts]) \
+            if zc else None
+        cdef _Arrays nothing = _Arrays([0] * self.st.size, [0] * self.st.size) \
+            if zc else None
+        with nogil:
+            if zc:
+                rc = publish_block_offsets(&self.st, <const char **>blocks.addr,
+                                           blocks.nbytes, nothing.addr, nothing.nbytes,
+                                           self.nbytes, &all_resident, &push)
+            if rc == OK and zc and all_resident:
+                rc = alg_reduce_scatter_pull(&self.st, fn, <char *>recvaddr,
+                                             send.nbytes[self.st.rank], itemsize, self.nbytes)
+            elif rc == OK:
+                rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
+                                        <char *>recvaddr, itemsize, fn, nsteps, sub_count,
+                                        inplace)
+        if rc != OK:
+            self._raise(rc, what)
+
+    def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
+             size_t itemsize, int op, int tcode, bint exclusive):
+        """Scan (inclusive) or Exscan of `count` elements: rank r folds the
+        contributions of ranks 0 .. r (0 .. r-1)."""
+        self._check()
+        cdef cxl_reduce_fn fn = reducer(op, tcode)
+        cdef size_t chunk = self._chunk(itemsize, False)
+        cdef int nranks = self.st.rank if exclusive else self.st.rank + 1
+        cdef int rc
+        self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0)
+        with nogil:
+            rc = alg_fold_prefix(&self.st, <const char *>sendaddr, <char *>recvaddr,
+                                 count, itemsize, fn, -1, nranks, chunk)
+        if rc != OK:
+            self._raise(rc, "Exscan" if exclusive else "Scan")
+
+
+cdef char *BYTE_FORMAT = "B"
+
+
+@cython.no_gc_clear   # a collected cycle holding it must still give its block back
+cdef class PoolBuffer:
+    """Memory in a pool's arenas, exported through the buffer protocol (what
+    cxlmpi.empty wraps in a numpy array).  An allocation of this rank's
+    arena goes back to it when the PoolBuffer is collected; every
+    PoolBuffer keeps the pool mapped, even after its communicator is freed."""
+    cdef Pool pool
+    cdef readonly size_t offset
+    cdef readonly size_t nbytes
+    cdef bint owns_block          # an allocation of this rank's arena (not a view)
+    cdef readonly bint readonly
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    @staticmethod
+    cdef PoolBuffer _new(Pool pool, size_t offset, size_t nbytes, bint owns_block,
+                         bint readonly):
+        cdef PoolBuffer b = PoolBuffer.__new__(PoolBuffer)
+        b.pool = pool
+        b.offset = offset
+        b.nbytes = nbytes
+        b.owns_block = owns_block
+        b.readonly = readonly
+        pool.live += 1
+        return b
+
+    @property
+    def address(self):
+        return <uintptr_t>(self.pool.st.base + self.offset)
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self.readonly and (flags & PyBUF_WRITABLE):
+            raise BufferError("a read-only view of another rank's pool array "
+                              "(Bcast_view) cannot be written")
+        self.shape[0] = self.nbytes
+        self.strides[0] = 1
+        view.buf = self.pool.st.base + self.offset
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = self.readonly
+        view.itemsize = 1
+        view.format = BYTE_FORMAT if (flags & PyBUF_FORMAT) else NULL
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = self.strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def __dealloc__(self):
+        if self.pool is None:
+            return
+        if self.owns_block:
+            self.pool._give_back(self.offset)
+        self.pool.live -= 1
+        if self.pool.closing and self.pool.live == 0:
+            self.pool._finish_close()
+
+
+cdef class _Arrays:
+    """p addresses and p sizes as C arrays, from Python sequences."""
+    cdef char **addr
+    cdef size_t *nbytes
+    cdef int n
+
+    def __cinit__(self, addrs, sizes):
+        self.n = len(addrs)
+        self.addr = <char **>malloc(max(self.n, 1) * sizeof(char *))
+        self.nbytes = <size_t *>malloc(max(self.n, 1) * sizeof(size_t))
+        if self.addr == NULL or self.nbytes == NULL:
+            raise MemoryError()
+        for i in range(self.n):
+            self.addr[i] = <char *><uintptr_t>addrs[i]
+            self.nbytes[i] = sizes[i]
+
+    def __dealloc__(self):
+        free(self.addr)
+        free(self.nbytes)
+
+
+class PoolFailure(Exception):
+    """A pool algorithm stopped: a peer never arrived or is gone (`rank`),
+    the ranks' calls do not match (`mismatch`; rank -1: their blocks), or
+    a peer sent the call to MPI, where every rank must follow (`passed`)."""
+
+    def __init__(self, code, rank, what):
+        super().__init__(code, rank, what)
+        self.code = code
+        self.timed_out = code == ERR_TIMEOUT
+        self.mismatch = code == ERR_MISMATCH
+        self.passed = code == ERR_PASSED
+        self.rank = rank
+        self.what = what

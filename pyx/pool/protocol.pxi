@@ -1,0 +1,330 @@
+# The step protocol every algorithm is built from: publish a step (with the
+# call's signature at its first), wait for every rank (keeping MPI
+# progressing), header steps that agree on a value or on where buffers live.
+# (part of cxlmpi._pool: included by pyx/_pool.pyx)
+
+
+cdef inline void publish(state_t *st) noexcept nogil:
+    """Make this rank's writes of the next step visible, then announce it
+    (with the call's signature when the step is the call's first).  In sw
+    mode the line's second half (the signature) is written back before the
+    sequence number is stored, the first half (seq, values) after."""
+    cdef cxl_ctrl *line = ctrl(st, st.rank)
+    cdef int k
+    st.step += 1
+    if st.sig_pending:
+        for k in range(3):
+            line.sig[k][st.step & 1] = st.sig[k]
+        if st.sw:
+            cxl_flush(line.sig, CTRL_NBYTES // 2, 0)
+    cxl_store_release(&line.seq, st.step)
+    if st.sw:
+        cxl_flush(line, CTRL_NBYTES // 2, 0)
+
+
+cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
+    """At this call's first step: has peer `line` sent this call to MPI?
+    Calls are numbered alike on every rank (pool calls and passed ones).
+    A peer that has not published this step yet (`ahead` false) passed it
+    when its last passed call is this one or later and it still has not
+    published this step (it made no pool step since).  One that has
+    (`ahead`) passed it when that step belongs to a later call of its own
+    (it went on after an MPI call that completed without this rank, an
+    eager send): the signature carries the call's number (its low 16 bits:
+    a peer cannot run that far ahead).  Then this rank takes its step back,
+    marks the call passed too, and goes to MPI as well (1).  A later call
+    of a peer that did not pass this one means the ranks' calls are out of
+    step: a mismatch (-1), never a silent detour."""
+    if st.sw:
+        cxl_flush(line.sig, CTRL_NBYTES // 2, 1)
+    if not ahead:
+        if cxl_load_acquire(&line.passed) < st.ops:
+            return 0
+        # It passed this call or a later one -- a later one only after
+        # publishing its step of this one, which the seq read first may
+        # have missed: look again (seq is stored before passed).
+        if st.sw:
+            cxl_flush(line, CTRL_NBYTES // 2, 1)
+        ahead = cxl_load_acquire(&line.seq) >= st.step
+    if ahead:
+        if (line.sig[0][st.step & 1] >> 32) & 0xFFFF == st.ops & 0xFFFF:
+            return 0
+        if line.passed < st.ops:
+            return -1   # a later call that did not pass this one: out of step
+    cdef cxl_ctrl *mine = ctrl(st, st.rank)
+    st.step -= 1
+    mine.passed = st.ops
+    if st.sw:
+        cxl_flush(mine.sig, CTRL_NBYTES // 2, 0)
+    cxl_store_release(&mine.seq, st.step)
+    if st.sw:
+        cxl_flush(mine, CTRL_NBYTES // 2, 0)
+    return 1
+
+
+cdef void mark_passed(void *state) noexcept nogil:
+    """Pool.note_pass: count the call, and store its number as this rank's
+    last call sent to MPI (nothing once the pool is unmapped)."""
+    cdef state_t *st = <state_t *>state
+    if st.base == NULL:
+        return
+    st.ops += 1
+    cdef cxl_ctrl *line = ctrl(st, st.rank)
+    cxl_store_release(&line.passed, st.ops)
+    if st.sw:
+        cxl_flush(line.sig, CTRL_NBYTES // 2, 0)
+
+
+cdef int check_signatures(state_t *st) noexcept nogil:
+    """After the first step of a call: every rank made the same call (the
+    same collective, root, op, type and bytes), and the blocks the ranks
+    send match those they receive (the sum of the third words is zero:
+    each rank adds a hash of every block it sends and subtracts one of
+    every block it receives).  All ranks read the same words, so all reach
+    the same verdict."""
+    cdef int q
+    cdef cxl_ctrl *line
+    cdef uint64_t pairs = 0
+    for q in range(st.size):
+        line = ctrl(st, q)
+        if st.sw and q != st.rank:
+            cxl_flush(line.sig, CTRL_NBYTES // 2, 1)
+        if line.sig[0][st.step & 1] != st.sig[0] or line.sig[1][st.step & 1] != st.sig[1]:
+            st.failed_rank = q
+            st.failed_code = ERR_MISMATCH
+            return ERR_MISMATCH
+        pairs += line.sig[2][st.step & 1]
+    if pairs != 0:
+        st.failed_rank = -1
+        st.failed_code = ERR_MISMATCH
+        return ERR_MISMATCH
+    return OK
+
+
+cdef inline void copy_in(state_t *st, void *slot, const void *src, size_t n) noexcept nogil:
+    """Copy what this rank publishes into its half (in sw mode straight to
+    memory, bypassing the cache: no write-back pass afterwards)."""
+    if st.sw:
+        cxl_copy_out(slot, src, n)
+    else:
+        cxl_copy(slot, src, n)
+
+
+cdef inline void wrote(state_t *st, const void *addr, size_t n) noexcept nogil:
+    """Data this rank just stored in the pool (flushed in sw mode)."""
+    if st.sw:
+        cxl_flush(addr, n, 0)
+
+
+cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nogil:
+    """Data this rank is about to load from a peer (invalidated in sw mode)."""
+    if st.sw:
+        cxl_flush(addr, n, 1)
+
+
+cdef int wait_all(state_t *st) noexcept nogil:
+    """Wait until every rank has published the current step, keeping MPI
+    progressing meanwhile.  At a call's first step, also: a peer that sent
+    this call to MPI sends every rank there (ERR_PASSED), and the ranks'
+    calls must match (ERR_MISMATCH)."""
+    cdef int q, rc
+    cdef cxl_ctrl *line
+    cdef cxl_waiter w
+    cdef bint first = st.sig_pending
+    st.sig_pending = 0
+    cxl_waiter_init(&w, st.timeout_s, st.spin)
+    for q in range(st.size):
+        if q == st.rank:
+            continue
+        line = ctrl(st, q)
+        while True:
+            if st.sw:
+                cxl_flush(line, 8, 1)
+            if cxl_load_acquire(&line.seq) >= st.step:
+                # a step from a later call: q passed this one, then went on
+                if first:
+                    rc = passed_on(st, line, True)
+                    if rc > 0:
+                        return ERR_PASSED
+                    if rc < 0:
+                        st.failed_rank = q
+                        st.failed_code = ERR_MISMATCH
+                        return ERR_MISMATCH
+                break
+            if first and passed_on(st, line, False):
+                return ERR_PASSED
+            if st.progress.iprobe != NULL and cxl_progress_due(w.polls, w.spin_polls):
+                cxl_progress_poke(&st.progress)
+            if cxl_backoff(&w):
+                if cxl_pid_gone(line.pid):
+                    st.failed_rank = q
+                    st.failed_code = ERR_PEER_GONE
+                    return ERR_PEER_GONE
+                if w.deadline_s > 0 and cxl_now_s() > w.deadline_s:
+                    st.failed_rank = q
+                    st.failed_code = ERR_TIMEOUT
+                    return ERR_TIMEOUT
+    if first:
+        return check_signatures(st)
+    return OK
+
+
+cdef inline int step_all(state_t *st) noexcept nogil:
+    publish(st)
+    return wait_all(st)
+
+
+cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs,
+                   uint64_t *result) noexcept nogil:
+    """A header step: every rank publishes `mine`; all learn the maximum
+    (0 from any rank, meaning "not mine", makes the result 0).  `pairs`:
+    this rank's share of the block checksum (see check_signatures), checked
+    only when every rank takes the pool path (a rank that declines may not
+    know its blocks)."""
+    cdef int q, rc
+    cdef uint64_t v, best = 0, total = 0
+    cdef bint any_zero = mine == 0
+    value_ptr(st, st.rank, st.step + 1)[0] = mine
+    value2_ptr(st, st.rank, st.step + 1)[0] = pairs
+    rc = step_all(st)
+    if rc != OK:
+        return rc
+    for q in range(st.size):
+        if st.sw and q != st.rank:
+            cxl_flush(value_ptr(st, q, st.step), 8, 1)
+        v = value_ptr(st, q, st.step)[0]
+        total += value2_ptr(st, q, st.step)[0]
+        if v == 0:
+            any_zero = True
+        if v > best:
+            best = v
+    # (a rank that refused its message publishes all ones: it raises anyway)
+    if not any_zero and total != 0 and best != <uint64_t>0xFFFFFFFFFFFFFFFF:
+        st.failed_rank = -1
+        st.failed_code = ERR_MISMATCH
+        return ERR_MISMATCH
+    result[0] = 0 if any_zero else best
+    return OK
+
+
+#
+# Buffers that live in the pool (cxlmpi.empty & co.) are read and written in
+# place by their peers, by offset.  A large collective first runs a header
+# step in which every rank publishes where its buffers are (offset + 1, or
+# 0 for private memory); all ranks see the same values, so all pick the same
+# path, and a rank whose buffer is read or written by peers returns only
+# after a completion step, when every peer is done with it.
+
+
+KIND_NAMES = {}   # kind code -> the name it was made from (error messages)
+
+
+cdef dict KIND_CODES = {}
+
+
+cdef uint64_t kind_code(str what):
+    """A stable 16-bit code of a collective's name (the same in every
+    process: no salted hash)."""
+    code = KIND_CODES.get(what)
+    if code is None:
+        code = zlib.crc32(what.encode()) & 0xFFFF
+        KIND_CODES[what] = code
+        KIND_NAMES[code] = what
+    return code
+
+
+cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
+    """splitmix64's finalizer: a well-spread 64-bit hash of x."""
+    x += <uint64_t>0x9E3779B97F4A7C15
+    x = (x ^ (x >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    x = (x ^ (x >> 27)) * <uint64_t>0x94D049BB133111EB
+    return x ^ (x >> 31)
+
+
+cdef uint64_t counts_hash(const size_t *counts, int n) noexcept nogil:
+    cdef uint64_t h = mix64(n)
+    cdef int i
+    for i in range(n):
+        h = mix64(h ^ counts[i])
+    return h
+
+
+def pair_hash(uint64_t src, uint64_t dst, uint64_t nbytes):
+    """The checksum term of a block of `nbytes` from rank src to rank dst:
+    the sender adds it, the receiver subtracts it, so that the ranks' terms
+    sum to zero exactly when every block is received as sent."""
+    return mix64(mix64((src << 32) ^ dst) ^ nbytes)
+
+
+cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
+                         uint64_t *sends, uint64_t *recvs) noexcept nogil:
+    """Header step: every rank's (send offset + 1, recv offset + 1).  It is
+    the call's first step, so every rank's message size is checked to be
+    the same (check_signatures) before anyone writes into a peer's buffer."""
+    cdef int q, rc
+    value_ptr(st, st.rank, st.step + 1)[0] = send1
+    value2_ptr(st, st.rank, st.step + 1)[0] = recv1
+    rc = step_all(st)
+    if rc != OK:
+        return rc
+    for q in range(st.size):
+        if st.sw and q != st.rank:
+            cxl_flush(ctrl(st, q), CTRL_NBYTES // 2, 1)
+        sends[q] = value_ptr(st, q, st.step)[0]
+        recvs[q] = value2_ptr(st, q, st.step)[0]
+    return OK
+
+
+cdef bint all_fit(const uint64_t *v, int n, size_t nbytes, size_t mapped) noexcept nogil:
+    """Every value is an offset + 1 with `nbytes` after it inside the pool."""
+    cdef int q
+    for q in range(n):
+        if v[q] == 0 or v[q] - 1 + nbytes > mapped:
+            return False
+    return True
+
+
+cdef int publish_block_offsets(state_t *st, const char **send_addr,
+                               const size_t *send_nbytes, char **recv_addr,
+                               const size_t *recv_nbytes, size_t mapped,
+                               bint *pull, bint *push) noexcept nogil:
+    """Header step of the personalized collectives.  Every rank writes, in
+    its half, three tables of p words: where its block for each rank lives
+    (offset + 1, or 0: private), where the block from each rank goes in its
+    receive buffer, and that block's size (an empty block counts as in the
+    pool).  Every rank reads every table, so all decide alike: `pull` when
+    every send block is in the pool (readers copy from the owners), else
+    `push` when every receive block is (writers copy into the receivers).
+    In place (a block both sent and received) neither: one rank's reading
+    would race another's writing."""
+    cdef uint64_t *mine = <uint64_t *>half_ptr(st, st.rank, st.step + 1)
+    cdef const uint64_t *theirs
+    cdef int q, d, rc, p = st.size
+    cdef bint inplace = False
+    for d in range(p):
+        if d != st.rank and send_nbytes[d] and <const char *>recv_addr[d] == send_addr[d]:
+            inplace = True
+    for d in range(p):
+        mine[d] = 1 if send_nbytes[d] == 0 else \
+            resident(st, send_addr[d], send_nbytes[d], mapped)
+        mine[p + d] = 1 if recv_nbytes[d] == 0 else \
+            resident(st, recv_addr[d], recv_nbytes[d], mapped)
+        mine[2 * p + d] = recv_nbytes[d]
+        if inplace:
+            mine[d] = 0
+            mine[p + d] = 0
+    wrote(st, mine, 3 * p * 8)
+    rc = step_all(st)
+    if rc != OK:
+        return rc
+    pull[0] = True
+    push[0] = True
+    for q in range(p):
+        theirs = <const uint64_t *>half_ptr(st, q, st.step)
+        will_read(st, theirs, 3 * p * 8)
+        for d in range(p):
+            if theirs[d] == 0:
+                pull[0] = False
+            if theirs[p + d] == 0:
+                push[0] = False
+    return OK
