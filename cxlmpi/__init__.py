@@ -22,8 +22,8 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
+from .stats import install_stats_hook, stats
 from .stats import reset as reset_stats
-from .stats import stats
 
 __version__ = "0.1.0"
 
@@ -41,24 +41,6 @@ def __getattr__(name: str):
         return getattr(arrays, name)
     raise AttributeError(f"module 'cxlmpi' has no attribute {name!r}")
 
-_stats_hooked = False
-
-
-def install_stats_hook() -> None:
-    """With CXLMPI_STATS=1, print this rank's stats table at exit (once)."""
-    global _stats_hooked
-    from . import config
-
-    if _stats_hooked or not config.get().stats:
-        return
-    import atexit
-
-    from mpi4py import MPI
-
-    from .stats import print_at_exit
-
-    atexit.register(print_at_exit, MPI.COMM_WORLD.Get_rank())
-    _stats_hooked = True
 
 __all__ = [
     "CXLComm",

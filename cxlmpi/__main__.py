@@ -313,10 +313,9 @@ def main(argv: list[str] | None = None) -> None:
     if kind in ("status", "reset"):
         sys.exit(pool_admin(kind, target == "all"))
 
-    from . import install_stats_hook, patch
+    from .entry import patch  # installs the stats hook too
 
     patch()
-    install_stats_hook()
     try:
         if kind == "file":
             sys.argv = [target, *args]

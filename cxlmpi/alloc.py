@@ -24,7 +24,7 @@ from typing import Any
 from mpi4py import MPI
 
 from . import config
-from .comm import arena_pool
+from .state import arena_pool
 
 __all__ = ["enable", "disable", "active", "stats"]
 

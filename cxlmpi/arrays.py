@@ -31,7 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ._pool import PoolNoSpace
-from .comm import arena_pool as pool_of
+from .state import arena_pool as pool_of
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
            "pool_of"]

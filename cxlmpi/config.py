@@ -16,7 +16,7 @@ from typing import Any, Callable, TextIO
 from .errors import CXLMPIConfigError
 
 __all__ = ["Variable", "VARIABLES", "AGREED", "INTERNAL", "Config", "get", "reload",
-           "parse_size", "unknown", "describe_unknown"]
+           "parse_size", "unknown", "describe_unknown", "on_change"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -371,7 +371,19 @@ def reload() -> Config:
     return _config
 
 
-def _apply(cfg: Config) -> None:
-    from . import _shim
+# Who is told when the settings are read (the compiled hot path registers
+# itself: config imports nothing of cxlmpi's that imports config back).
+_listeners: list[Callable[[Config], None]] = []
 
-    _shim.configure(cfg)
+
+def on_change(listener: Callable[[Config], None]) -> None:
+    """Call `listener(cfg)` with the settings in force (at once if they have
+    been read) and again whenever they are read anew."""
+    _listeners.append(listener)
+    if _config is not None:
+        listener(_config)
+
+
+def _apply(cfg: Config) -> None:
+    for listener in _listeners:
+        listener(cfg)

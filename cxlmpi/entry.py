@@ -35,7 +35,8 @@ def patch() -> None:
     # Stock pickles its constants by name, and the name now gives the
     # wrapped ones: plain Intracomm objects pickle through cxlmpi meanwhile.
     copyreg.pickle(MPI.Intracomm, reduce_stock)
-    from . import config, install_stats_hook
+    from . import config
+    from .stats import install_stats_hook
 
     install_stats_hook()
     cfg = config.get()

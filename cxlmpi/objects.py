@@ -47,8 +47,8 @@ from mpi4py import MPI
 
 from . import config
 from ._pool import Pool
-from .comm import pool_for, run_pool
 from .group import check_agreed
+from .state import pool_for, run_pool
 
 __all__ = ["bcast", "gather", "scatter", "allgather", "alltoall", "reduce",
            "allreduce", "POOL_CALLS", "figures", "reset_figures"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-__all__ = ["stats", "reset", "format_table", "print_at_exit"]
+__all__ = ["stats", "reset", "format_table", "print_at_exit", "install_stats_hook"]
 
 #: What stats() appends to an object (pickle) collective's name: comm.bcast
 #: is "bcast(obj)", comm.Bcast is "bcast".
@@ -71,3 +71,21 @@ def print_at_exit(rank: int, stream: TextIO = sys.stderr) -> None:
     """Print this rank's table (registered with atexit by CXLMPI_STATS=1)."""
     stream.write(format_table(title=f"cxlmpi stats, rank {rank}:") + "\n")
     stream.flush()
+
+
+_stats_hooked = False
+
+
+def install_stats_hook() -> None:
+    """With CXLMPI_STATS=1, print this rank's stats table at exit (once)."""
+    global _stats_hooked
+    from . import config
+
+    if _stats_hooked or not config.get().stats:
+        return
+    import atexit
+
+    from mpi4py import MPI
+
+    atexit.register(print_at_exit, MPI.COMM_WORLD.Get_rank())
+    _stats_hooked = True

@@ -64,6 +64,7 @@ cdef object _Stock = MPI.Intracomm
 # ------------------------------------------------------------------ stats
 
 # The order of cxlmpi.config.COLLECTIVES, which the constants below index.
+from . import config as _config
 from .config import COLLECTIVES
 
 DEF NCOLL = 16
@@ -198,9 +199,11 @@ cdef inline int ensure_configured() except -1:
     # The settings are read on the first intercepted call, not at import,
     # so that a malformed variable is reported where it matters, once.
     if not configured:
-        from . import config
-        config.get()
+        _config.get()
     return 0
+
+
+_config.on_change(configure)
 
 
 # ---------------------------------------------------------- type tables

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import alloc, arrays, backends
-from cxlmpi.comm import _close_at_exit
+from cxlmpi.state import _close_at_exit
 
 world = MPI.COMM_WORLD                       # patched by python -m cxlmpi
 plain = MPI.Intracomm(world)

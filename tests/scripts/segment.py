@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi.comm import _states
+from cxlmpi.state import _states
 
 
 def say(line: str) -> None:

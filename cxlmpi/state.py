@@ -1,0 +1,208 @@
+"""Per-communicator pool state: set up on a communicator's first pool call
+(collective), found by the compiled hot path through its MPI handle, freed
+with the communicator (an MPI attribute) or at exit; and the turning of an
+algorithm's failure into the exception the user sees."""
+
+from __future__ import annotations
+
+import atexit
+from typing import Any
+
+from mpi4py import MPI
+
+from . import _shim, config, progress
+from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
+from .errors import (
+    CXLMPIError,
+    CXLMPIMismatchError,
+    CXLMPIPeerError,
+    CXLMPIPoolError,
+    CXLMPITimeoutError,
+)
+from .group import create_pool
+from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
+from .hierarchy import Hierarchy
+
+__all__ = ["pool_for", "pool_state", "arena_pool", "run_pool"]
+
+
+class _State:
+    """Pool state of one MPI communicator (shared by every Python object
+    with the same handle); `pool` is None when its ranks share no pool, a
+    Hierarchy when they span several; `only` (for a Hierarchy) tells, per
+    collective of config.COLLECTIVES, whether it runs over the hierarchy."""
+
+    __slots__ = ("pool", "error", "only", "probe")
+
+    def __init__(self, pool: Pool | Hierarchy | None,
+                 probe: MPI.Intracomm | None = None) -> None:
+        self.pool = pool
+        self.probe = probe  # what the pool's waits probe for MPI progress
+        self.error: CXLMPIError | None = None
+        self.only: tuple[bool, ...] | None = None
+        if isinstance(pool, Hierarchy):
+            self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    def free(self) -> None:
+        """Close, and free the progress communicator (collective: the
+        communicator itself is being freed on every rank)."""
+        self.close()
+        probe, self.probe = self.probe, None
+        if probe is not None and not MPI.Is_finalized():
+            probe.Free()
+
+
+# handle -> state (the dict the compiled hot path reads); an MPI attribute on
+# the communicator removes the entry when MPI frees it, whoever frees it.
+_states: dict[int, _State] = _shim.states
+
+
+def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
+    # Forget the state first: MPI may give the handle to a new communicator,
+    # which must never find this one's (closed) pool.
+    if _states.get(comm.handle) is state:
+        del _states[comm.handle]
+    state.free()
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Let go of the pools of communicators never freed, so that a partition
+    of a pool file or device is given back when the job ends (MPI has no
+    collective left to run: each rank lets go of its own mappings).  This
+    runs before cxlmpi.backends closes the devices (atexit is last in, first
+    out); pool arrays still alive keep their memory until the process ends
+    (Pool.detach).  In a child made by fork() it touches nothing shared."""
+    for state in list(_states.values()):
+        pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
+        if pool is not None:
+            pool.detach()
+
+
+def _state_for(comm: MPI.Intracomm) -> _State:
+    """Collective: set up the pool state of `comm` on its first pool call.
+    The set-up talks through a plain Intracomm on the same handle: its
+    lower-case (object) collectives must not come back here.  A pool that
+    /dev/shm (or the pool file) cannot hold leaves the communicator with MPI
+    alone, with one warning (every rank sees the same error: all agree)."""
+    plain = MPI.Intracomm(comm)
+    try:
+        pool = create_pool(plain)
+    except CXLMPIPoolError as exc:
+        if NO_SPACE not in str(exc):
+            raise
+        warn_no_space("a communicator's pool (its collectives go to MPI)",
+                      config.get().pool_size)
+        pool = None
+    state = _State(pool, progress.attach(pool, plain) if config.get().progress else None)
+    _states[comm.handle] = state
+    comm.Set_attr(_KEYVAL, state)
+    return state
+
+
+def _describe(call: tuple) -> str:
+    what, root, op, tcode, nbytes = call
+    words = [what]
+    if what not in ("Barrier",) and not what.endswith(" header"):
+        words.append(f"of {nbytes} bytes")
+    if root >= 0:
+        words.append(f"root {root}")
+    if op >= 0:
+        words.append(f"op {_OP_NAMES.get(op, op)}")
+    if tcode >= 0:
+        words.append(f"type {_TYPE_NAMES.get(tcode, tcode)}")
+    return " ".join(w for w in words if w)
+
+
+def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
+    """The error of a call whose ranks disagree (every rank raises it; the
+    pool stays usable: every rank stopped at the same step)."""
+    name = comm.Get_name() or f"communicator {comm.handle:#x}"
+    head = (f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
+            f"{comm.Get_size()}): the ranks' calls do not match: ")
+    if exc.rank < 0:
+        return CXLMPIMismatchError(
+            head + "a rank sends a block of a size its receiver does not expect "
+            "(the counts of the ranks must agree, as MPI requires)")
+    calls = state.pool.signatures() if state.pool is not None else []
+    if not calls:
+        return CXLMPIMismatchError(head + "a rank passed the call to MPI")
+    seen: dict[tuple, list[int]] = {}
+    for q, call in enumerate(calls):
+        seen.setdefault(call, []).append(q)
+    parts = [f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {_describe(c)}"
+             for c, qs in seen.items()]
+    return CXLMPIMismatchError(
+        head + "; ".join(parts) + " (sizes, roots, ops and types must agree on every rank, "
+        "as MPI requires)")
+
+
+def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
+    """Turn an algorithm failure into the exception the user sees; after a
+    timeout or a dead peer the pool of this communicator is unusable (ranks
+    are out of step)."""
+    if exc.mismatch:
+        return _mismatch(comm, state, exc)
+    pool = state.pool
+    missing = pool.missing_ranks() if pool is not None else [exc.rank]
+    name = comm.Get_name() or f"communicator {comm.handle:#x}"
+    if exc.timed_out:
+        timeout = config.get().timeout
+        err: CXLMPIError = CXLMPITimeoutError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
+            f"{comm.Get_size()}) timed out after {timeout:g} s waiting for "
+            f"ranks {missing} (raise CXLMPI_TIMEOUT if they are just slow)")
+    else:
+        err = CXLMPIPeerError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): rank "
+            f"{exc.rank} died in the middle of the collective")
+    state.close()
+    state.error = err
+    return err
+
+
+_shim.bind(_state_for, _fail)
+
+_OP_NAMES = {code: name for name, code in OP_CODES.items()}
+_TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}
+
+
+def pool_for(comm: MPI.Intracomm) -> Pool | None:
+    """The pool of `comm`, set up on first use (collective then: every rank
+    must call it at the same point), or None when its ranks share no pool.
+    Raises the error that broke the pool, if one did."""
+    return _shim.pool_of(comm)
+
+
+def pool_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
+    """What `comm`'s ranks share: a Pool, a Hierarchy of pools, or None (set
+    up on first use, collective then)."""
+    _shim.pool_of(comm, 0)  # Barrier: every kind of pool state runs it
+    return _states[comm.handle].pool
+
+
+def arena_pool(comm: MPI.Intracomm | None) -> Pool | None:
+    """The pool whose arenas hold `comm`'s pool-resident arrays (its group's
+    pool when it spans several; None without arenas): collective the first
+    time.  `comm` None: COMM_WORLD."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    pool = pool_state(comm) if not isinstance(comm, MPI.Intercomm) else None
+    if isinstance(pool, Hierarchy):
+        pool = pool.pool
+    if pool is not None and pool.arena_nbytes() == 0:
+        return None
+    return pool
+
+
+def run_pool(comm: MPI.Intracomm, pool: Pool, method: str, *args: Any) -> Any:
+    """Call `pool.<method>(*args)`, turning an algorithm failure into the
+    CXLMPIError the user sees (timeout, dead peer)."""
+    return _shim.run_pool(comm, getattr(pool, method), *args)
