@@ -144,8 +144,6 @@ cdef int alg_reduce_scatter(state_t *st, const char **send_addr,
     cdef int q, rc, me = st.rank
     cdef size_t sub = sub_count * itemsize
     cdef char *mine
-    cdef const char *a
-    cdef const char *b
     for j in range(nsteps):
         off = j * sub_count
         mine = half_ptr(st, me, st.step + 1)
@@ -162,15 +160,9 @@ cdef int alg_reduce_scatter(state_t *st, const char **send_addr,
         for q in range(st.size):
             if q != me:
                 will_read(st, half_ptr(st, q, st.step) + me * sub, my_n * itemsize)
-        a = piece(st, send_addr[me] + off * itemsize, 0, inplace, sub)
-        if st.size == 1:
-            cxl_copy(recvbuf + off * itemsize, a, my_n * itemsize)
-            continue
-        b = piece(st, send_addr[me] + off * itemsize, 1, inplace, sub)
-        fn(recvbuf + off * itemsize, a, b, my_n)
-        for q in range(2, st.size):
-            b = piece(st, send_addr[me] + off * itemsize, q, inplace, sub)
-            fn(recvbuf + off * itemsize, recvbuf + off * itemsize, b, my_n)
+        for q in range(st.size):
+            st.srcs[q] = piece(st, send_addr[me] + off * itemsize, q, inplace, sub)
+        fold_block(fn, recvbuf + off * itemsize, st.srcs, st.size, 0, my_n, itemsize)
     return OK
 
 

@@ -30,23 +30,14 @@ cdef void reduce_all(state_t *st, cxl_reduce_fn fn, char *dst, size_t offset,
     results."""
     cdef int q
     cdef size_t block = BLOCK_NBYTES // itemsize if BLOCK_NBYTES > itemsize else 1
-    cdef size_t done = 0, n, off
-    cdef const char *a
-    cdef const char *b
+    cdef size_t done = 0, n
+    for q in range(nranks):
+        st.srcs[q] = source(st, q, step, offset, at, mine)
     while done < count:
         n = min_size(count - done, block)
-        off = done * itemsize
-        a = source(st, 0, step, offset, at, mine) + off
-        if nranks == 1:
-            cxl_copy(dst + off, a, n * itemsize)
-        else:
-            b = source(st, 1, step, offset, at, mine) + off
-            fn(dst + off, a, b, n)
-        for q in range(2, nranks):
-            b = source(st, q, step, offset, at, mine) + off
-            fn(dst + off, dst + off, b, n)
+        fold_block(fn, dst + done * itemsize, st.srcs, nranks, done, n, itemsize)
         if dst2 != NULL:
-            cxl_copy(dst2 + off, dst + off, n * itemsize)
+            cxl_copy(dst2 + done * itemsize, dst + done * itemsize, n * itemsize)
         done += n
 
 
@@ -73,7 +64,8 @@ cdef inline const char *own_source(state_t *st, const char *sendbuf,
 
 cdef void fold_block(cxl_reduce_fn fn, char *dst, const char **src, int nranks,
                      size_t off, size_t n, size_t itemsize) noexcept nogil:
-    """dst[0:n] = src0 op src1 op ... (rank order) at element `off`."""
+    """dst[0:n] = src0 op src1 op ... (rank order) at element `off`: the one
+    fold every reduction uses (a copy of src0 for one rank)."""
     cdef int q
     cdef size_t b = off * itemsize
     if nranks == 1:

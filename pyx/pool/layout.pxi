@@ -92,6 +92,7 @@ ctypedef struct state_t:
     # per rank: its send buffer when read in place, or NULL (published
     # through its half); the array itself NULL: every rank publishes
     const char **res
+    const char **srcs      # scratch: one source pointer per rank (folds)
     cxl_progress progress  # how a waiter keeps MPI progressing (set_progress)
     uint64_t ops           # calls of this rank: pool calls and passed ones
     uint64_t sig[3]        # this call's signature (see wait_all)

@@ -136,10 +136,12 @@ cdef class Pool:
         self.file_offset = 0
         self.pid = this_pid
         memset(&self.arena, 0, sizeof(cxl_arena))
+        self.st.srcs = NULL
 
     def __dealloc__(self):
         self._unmap()
         cxl_arena_destroy(&self.arena)
+        free(self.st.srcs)
 
     cdef _unmap(self):
         """Let go of the segment.  Only the process that mapped it clears its
@@ -328,6 +330,9 @@ cdef class Pool:
         self.st.spin = 1
         self.st.timeout_s = 0
         self.st.res = NULL
+        self.st.srcs = <const char **>malloc(max(self.st.size, 1) * sizeof(char *))
+        if self.st.srcs == NULL:
+            raise MemoryError()
         memset(&self.st.progress, 0, sizeof(cxl_progress))
         self.st.ops = 0
         self.st.sig_pending = 0
