@@ -281,50 +281,45 @@ def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
     return _load(block), nbytes
 
 
+def _run(name: str, comm: MPI.Intracomm, root: Any,
+         through_pool: Callable[[Pool, int], Any], stock: Callable[[], Any]) -> Any:
+    """Object collective `name`: `through_pool(pool, root)` returns (result,
+    bytes moved) or _STOCK when the ranks settled for MPI; `stock()` runs it
+    there (also for an invalid root, which stock mpi4py then reports, and
+    without a pool).  `root` None: a collective without one."""
+    t0 = time.perf_counter()
+    r = -1 if root is None else _root(comm, root)
+    pool = _pool(comm) if r is not None else None
+    if pool is not None:
+        result = through_pool(pool, r)
+        if result is not _STOCK:
+            _pooled(name, t0, result[1])
+            return result[0]
+    out = stock()
+    _passed(name, t0)
+    return out
+
+
 def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     """Broadcast a Python object from `root` (``Intracomm.bcast``); a large
     pickle goes through the pool, every rank gets its own unpickled copy."""
-    t0 = time.perf_counter()
-    r = _root(comm, root)
-    pool = _pool(comm) if r is not None else None
-    if pool is not None:
-        result = _bcast(comm, pool, obj, r)
-        if result is not _STOCK:
-            _pooled("bcast", t0, result[1])
-            return result[0]
-    out = _Stock.bcast(comm, obj, root)
-    _passed("bcast", t0)
-    return out
+    return _run("bcast", comm, root, lambda pool, r: _bcast(comm, pool, obj, r),
+                lambda: _Stock.bcast(comm, obj, root))
 
 
 def gather(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> list[Any] | None:
     """Gather Python objects to `root` (``Intracomm.gather``): the list of
     every rank's object on the root, None elsewhere."""
-    t0 = time.perf_counter()
-    r = _root(comm, root)
-    pool = _pool(comm) if r is not None else None
-    if pool is not None:
-        result = _gather(comm, pool, sendobj, r, "gather")
-        if result is not _STOCK:
-            _pooled("gather", t0, result[1])
-            return result[0]
-    out = _Stock.gather(comm, sendobj, root)
-    _passed("gather", t0)
-    return out
+    return _run("gather", comm, root,
+                lambda pool, r: _gather(comm, pool, sendobj, r, "gather"),
+                lambda: _Stock.gather(comm, sendobj, root))
 
 
 def allgather(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
     """Gather Python objects to every rank (``Intracomm.allgather``)."""
-    t0 = time.perf_counter()
-    pool = _pool(comm)
-    if pool is not None:
-        result = _gather(comm, pool, sendobj, -1, "allgather")
-        if result is not _STOCK:
-            _pooled("allgather", t0, result[1])
-            return result[0]
-    out = _Stock.allgather(comm, sendobj)
-    _passed("allgather", t0)
-    return out
+    return _run("allgather", comm, None,
+                lambda pool, r: _gather(comm, pool, sendobj, -1, "allgather"),
+                lambda: _Stock.allgather(comm, sendobj))
 
 
 def scatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> Any:
@@ -408,41 +403,34 @@ def reduce(comm: MPI.Intracomm, sendobj: Any,
            op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, root: int = 0) -> Any:
     """Reduce Python objects to `root` with `op` (``Intracomm.reduce``): the
     contributions are gathered through the pool and folded in rank order."""
-    t0 = time.perf_counter()
-    r = _root(comm, root)
-    pool = _pool(comm) if r is not None else None
-    if pool is not None:
-        result = _gather(comm, pool, sendobj, r, "reduce")
-        if result is not _STOCK:
-            items, nbytes = result
-            out = _fold(items, op) if items is not None else None
-            _pooled("reduce", t0, nbytes)
-            return out
-    out = _Stock.reduce(comm, sendobj, op, root)
-    _passed("reduce", t0)
-    return out
+
+    def through_pool(pool: Pool, r: int) -> Any:
+        gathered = _gather(comm, pool, sendobj, r, "reduce")
+        if gathered is _STOCK:
+            return _STOCK
+        items, nbytes = gathered
+        return (_fold(items, op) if items is not None else None), nbytes
+
+    return _run("reduce", comm, root, through_pool,
+                lambda: _Stock.reduce(comm, sendobj, op, root))
 
 
 def allreduce(comm: MPI.Intracomm, sendobj: Any,
               op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM) -> Any:
     """Reduce Python objects to every rank (``Intracomm.allreduce``): a
     reduce to rank 0, then a broadcast of its result (each settled alike)."""
-    t0 = time.perf_counter()
-    pool = _pool(comm)
-    if pool is not None:
+
+    def through_pool(pool: Pool, r: int) -> Any:
         gathered = _gather(comm, pool, sendobj, 0, "allreduce")
-        if gathered is not _STOCK:
-            items, nbytes = gathered
-            result = _fold(items, op) if items is not None else None
-            del items, gathered
-            spread = _bcast(comm, pool, result, 0)
-            if spread is _STOCK:
-                out = _Stock.bcast(comm, result, 0)
-            else:
-                out, result_nbytes = spread
-                nbytes += result_nbytes
-            _pooled("allreduce", t0, nbytes)
-            return out
-    out = _Stock.allreduce(comm, sendobj, op)
-    _passed("allreduce", t0)
-    return out
+        if gathered is _STOCK:
+            return _STOCK
+        items, nbytes = gathered
+        result = _fold(items, op) if items is not None else None
+        del items, gathered
+        spread = _bcast(comm, pool, result, 0)
+        if spread is _STOCK:
+            return _Stock.bcast(comm, result, 0), nbytes
+        return spread[0], nbytes + spread[1]
+
+    return _run("allreduce", comm, None, through_pool,
+                lambda: _Stock.allreduce(comm, sendobj, op))
