@@ -311,21 +311,6 @@ COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
                "alltoall", "alltoallv", "reduce_scatter_block",
                "reduce_scatter", "scan", "exscan")
 
-# Measured with python -m cxlmpi.bench at 2 ranks (README, Performance): where MPI's
-# own single-copy (kernel-assisted) transfers beat copying through the pool
-# for private buffers, the collective stays with MPI.  [lo, hi]: bytes, None
-# = CXLMPI_THRESHOLD / no upper bound; None: never through the pool.
-BUILTIN_WINDOWS: dict[str, list[int | None] | None] = {
-    "bcast": [16 << 20, None],
-    "allgather": [None, 512 << 10],
-    "allgatherv": [None, 512 << 10],
-    "gather": None,
-    "gatherv": None,
-    "scatter": None,
-    "scatterv": None,
-    "alltoall": [None, 256 << 10],
-    "alltoallv": [None, 256 << 10],
-}
 
 
 def _read_tuning(path: str) -> dict[str, Any]:
@@ -348,6 +333,15 @@ def _read_tuning(path: str) -> dict[str, Any]:
                 f"CXLMPI_TUNING={path!r}: {name}: expected [lo, hi] (bytes or null) or null")
     return table
 
+
+# The built-in windows: a tuning file shipped with the package, read like
+# any CXLMPI_TUNING file.  Measured with python -m cxlmpi.bench at 2 ranks
+# (README, Performance): where MPI's own single-copy (kernel-assisted)
+# transfers beat copying through the pool for private buffers, the
+# collective stays with MPI.  [lo, hi]: bytes, null = CXLMPI_THRESHOLD / no
+# upper bound; null: never through the pool.
+BUILTIN_TUNING = os.path.join(os.path.dirname(__file__), "builtin-tuning.json")
+BUILTIN_WINDOWS: dict[str, list[int | None] | None] = _read_tuning(BUILTIN_TUNING)
 
 _config: Config | None = None
 
