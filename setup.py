@@ -15,15 +15,16 @@ COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function"]
 extensions = [
     Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
               extra_compile_args=COMPILE_ARGS,
-              depends=["pyx/cxl_kernels.h", "pyx/cxl_alloc.h", "pyx/cxl_layout.h",
+              depends=["pyx/cxl_kernels.h", "pyx/cxl_alloc.h", "pyx/cxl_alloc.pxd",
+                       "pyx/cxl_layout.h",
                        *glob.glob("pyx/pool/*.pxi")]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
               extra_compile_args=COMPILE_ARGS),
     # The NumPy allocation hook (NEP 49): the only part built against NumPy.
     Extension("cxlmpi._alloc", ["pyx/_alloc.pyx"], include_dirs=["pyx", numpy.get_include()],
               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_alloc.h"]),
+              extra_compile_args=COMPILE_ARGS, depends=["pyx/cxl_alloc.h", "pyx/cxl_alloc.pxd"]),
 ]
 
-setup(ext_modules=cythonize(extensions, language_level=3,
+setup(ext_modules=cythonize(extensions, language_level=3, include_path=["pyx"],
                             compiler_directives={"embedsignature": True}))

@@ -24,12 +24,12 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+from cxl_alloc cimport (cxl_arena, cxl_arena_init, cxl_arena_free_bytes,
+                        cxl_arena_live_blocks, cxl_notice_fn, dup)
+
+
 cdef extern from "cxl_alloc.h" nogil:
-    ctypedef void (*cxl_notice_fn)(const char *what, size_t nbytes)
-    ctypedef struct cxl_arena:
-        size_t nbytes
-        size_t live_bytes
-        int retired
+    # the NumPy hook's part of the header (the arena's: cxl_alloc.pxd)
     ctypedef struct cxl_np_allocator:
         void *ctx
     ctypedef struct cxl_hook:
@@ -37,11 +37,6 @@ cdef extern from "cxl_alloc.h" nogil:
         size_t threshold
         cxl_np_allocator fallback
         size_t pool_allocs
-    void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
-                        int64_t fd_offset, cxl_notice_fn notice, const char *what)
-    size_t cxl_arena_free_bytes(cxl_arena *a)
-    size_t cxl_arena_live_blocks(cxl_arena *a)
-    int dup(int fd)
     void *cxl_hook_malloc(void *ctx, size_t size)
     void *cxl_hook_calloc(void *ctx, size_t nelem, size_t elsize)
     void *cxl_hook_realloc(void *ctx, void *ptr, size_t new_size)

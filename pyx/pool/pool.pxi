@@ -37,22 +37,14 @@ cdef extern from *:
     void cxl_no_space(const char *what, size_t nbytes) nogil
 
 
+from cxl_alloc cimport (CXL_ALLOC_FULL, CXL_ALLOC_NOSPACE, CXL_ALLOC_OK, cxl_arena,
+                        cxl_arena_alloc, cxl_arena_destroy, cxl_arena_free,
+                        cxl_arena_free_bytes, cxl_arena_init, cxl_notice_fn, dup)
+
+
 cdef extern from "cxl_alloc.h" nogil:
-    ctypedef void (*cxl_notice_fn)(const char *what, size_t nbytes)
-    ctypedef struct cxl_arena:
-        size_t nbytes
-        int retired
-    int CXL_ALLOC_OK
-    int CXL_ALLOC_FULL
-    int CXL_ALLOC_NOSPACE
-    void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
-                        int64_t fd_offset, cxl_notice_fn notice, const char *what)
-    void cxl_arena_destroy(cxl_arena *a)
-    int cxl_arena_alloc(cxl_arena *a, size_t size, int reserve, size_t *offset)
-    void cxl_arena_free(cxl_arena *a, size_t off)
-    size_t cxl_arena_free_bytes(cxl_arena *a)
+    # what the pool itself uses of the header's includes (fallocate, errno)
     int fallocate(int fd, int mode, off_t offset, off_t length)
-    int dup(int fd)
     int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE, EINTR
 
 
