@@ -31,10 +31,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ._pool import PoolNoSpace
-from .state import arena_pool as pool_of
+from .state import arena_pool
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
-           "pool_of"]
+           "arena_pool"]
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
@@ -45,7 +45,7 @@ def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
     shape = tuple(operator.index(n) for n in shape)
     if order not in ("C", "F"):
         raise ValueError("order must be 'C' or 'F'")
-    pool = pool_of(comm)  # collective the first time: before any refusal
+    pool = arena_pool(comm)  # collective the first time: before any refusal
     if pool is None or pool.inherited:
         return np.empty(shape, dt, order)
     count = math.prod(shape)
@@ -101,7 +101,7 @@ def asarray(x: Any, dtype: Any = None, *, comm: MPI.Intracomm | None = None) -> 
     """`x` itself if it already lives in the pool of `comm` (with `dtype`),
     else a pool copy of it."""
     src = np.asarray(x, dtype=dtype)
-    if pool_of(comm) is None or is_resident(src, comm=comm):
+    if arena_pool(comm) is None or is_resident(src, comm=comm):
         return src
     out = empty(src.shape, src.dtype, comm=comm)
     np.copyto(out, src)
@@ -114,7 +114,7 @@ def is_resident(a: Any, *, comm: MPI.Intracomm | None = None) -> bool:
     arr = np.asarray(a)
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         return False
-    pool = pool_of(comm)
+    pool = arena_pool(comm)
     if pool is None or pool.closed:
         return False
     return pool.offset_of(arr.__array_interface__["data"][0], arr.nbytes) >= 0

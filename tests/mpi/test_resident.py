@@ -159,7 +159,7 @@ def test_arrays_are_numpy_arrays_in_the_pool(comm):
     ok = (a.shape, a.dtype, b.sum(), c.flags.f_contiguous, list(d)) == \
         ((3, 5), np.float32, 0.0, True, [1, 2, 3])
     ok = ok and cxlmpi.asarray(d, comm=comm) is d
-    if cxlmpi.arrays.pool_of(comm) is not None:  # (not: a group of one rank)
+    if cxlmpi.arrays.arena_pool(comm) is not None:  # (not: a group of one rank)
         ok = ok and all(cxlmpi.is_resident(x, comm=comm) for x in (a, b, c, d))
         ok = ok and not cxlmpi.is_resident(np.zeros(3), comm=comm)
     agree(ok, "pool arrays")
@@ -192,7 +192,7 @@ def test_bcast_view_needs_a_pool_array(comm):
         comm.Bcast_view(np.arange(5) if RANK == 0 else None, 0)
     except ValueError as exc:
         err = str(exc)
-    multi = not isinstance(cxlmpi.arrays.pool_of(comm), cxlmpi._pool.Pool) or \
+    multi = not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool) or \
         CFG.pool_groups > 1
     if SIZE > 1 and not multi:
         agree(err is not None and "not in this communicator's pool" in err, f"{err}")
@@ -220,9 +220,9 @@ def test_absurd_shapes_refused_like_numpy(comm, shape, dtype):
     and message (a MemoryError: the full arena's), before asking the arena
     for anything (a byte size that wrapped around must never reach the
     pool's allocator)."""
-    from cxlmpi.arrays import pool_of
+    from cxlmpi.arrays import arena_pool
 
-    pool = pool_of(comm)
+    pool = arena_pool(comm)
     free = pool.arena_free() if pool is not None else 0
     try:
         np.empty(shape, dtype)

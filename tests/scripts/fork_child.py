@@ -57,7 +57,7 @@ got["parent_arrays_intact"] = bool(np.all(later == 1) and np.all(later_resident 
                                    and np.all(resident == rank))
 got["later_in_pool"] = bool(cxlmpi.is_resident(later, comm=world)
                             and cxlmpi.is_resident(later_resident, comm=world))
-pool = arrays.pool_of(world)
+pool = arrays.arena_pool(world)
 spec = backends.parse_spec(os.environ.get("CXLMPI_POOL", "shm"))
 if pool is not None and spec.shared_file:    # both ranks still attached
     dev = backends.open_device(spec)
