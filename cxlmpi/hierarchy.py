@@ -99,7 +99,7 @@ class Hierarchy:
         except PoolFailure as exc:
             # A peer that sent the call to MPI cannot be followed half way
             # through a hierarchical collective: a mismatch here.
-            code = PoolFailure(-3, -1, "").code if exc.passed else exc.code
+            code = PoolFailure.MISMATCH if exc.passed else exc.code
             rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
             raise PoolFailure(code, rank, exc.what) from None
 

@@ -880,6 +880,8 @@ class PoolFailure(Exception):
     the ranks' calls do not match (`mismatch`; rank -1: their blocks), or
     a peer sent the call to MPI, where every rank must follow (`passed`)."""
 
+    MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
+
     def __init__(self, code, rank, what):
         super().__init__(code, rank, what)
         self.code = code
