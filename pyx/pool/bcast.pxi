@@ -82,6 +82,7 @@ cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk
         if rc != OK:
             return rc
         if all_fit(sends + root, 1, nbytes, mapped):
+            st.took_zc = 1
             return alg_bcast_pull(st, buf, nbytes, root, sends[root])
         # every receiver's buffer in the pool: the root writes straight
         # into them (one copy each instead of two)
@@ -90,5 +91,6 @@ cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk
             if q != root and not all_fit(recvs + q, 1, nbytes, mapped):
                 push = False
         if push:
+            st.took_zc = 1
             return alg_bcast_push(st, buf, nbytes, root, recvs)
     return alg_bcast(st, buf, nbytes, root, chunk)

@@ -97,6 +97,8 @@ ctypedef struct state_t:
     uint64_t ops           # calls of this rank: pool calls and passed ones
     uint64_t sig[3]        # this call's signature (see wait_all)
     int sig_pending        # the next step is this call's first
+    int stream             # this call publishes with streaming stores (a variant)
+    int took_zc            # this call ran zero-copy (every rank alike)
 
 
 DEF ARENA_ALIGN = 2 * 1024 * 1024
@@ -147,6 +149,14 @@ DEF BLOCK_NBYTES = 8192  # reduce block: the running result stays in L1
 DEF BLOCK_TMP = 8192
 DEF STREAM_MIN_NBYTES = 4 * 1024 * 1024
 DEF MAX_ZC_RANKS = 1024
+
+# Variant flags of a pool call (cxlmpi.select picks them; 0: the defaults).
+DEF V_STREAM = 1     # publish with streaming stores (no dirty lines to snoop)
+DEF V_BIGCHUNK = 2   # steps of a whole half instead of CXLMPI_CHUNK_SIZE
+DEF V_RSAG = 4       # reductions: reduce-scatter + allgather
+DEF V_FLAT = 8       # reductions: every receiver folds everything
+VARIANT_FLAGS = {"stream": V_STREAM, "bigchunk": V_BIGCHUNK, "rsag": V_RSAG,
+                 "flat": V_FLAT}
 
 
 cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:

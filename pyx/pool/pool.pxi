@@ -328,6 +328,8 @@ cdef class Pool:
         memset(&self.st.progress, 0, sizeof(cxl_progress))
         self.st.ops = 0
         self.st.sig_pending = 0
+        self.st.stream = 0
+        self.st.took_zc = 0
         self.chunk_nbytes = h.half_nbytes
         self.rsag_min_nbytes = 0
         self.rsag_min_ranks = 3
@@ -513,13 +515,16 @@ cdef class Pool:
         if self.st.base == NULL or self.closing:
             raise ValueError("pool is closed")
 
-    cdef size_t _chunk(self, size_t itemsize, bint rsag):
+    cdef size_t _chunk(self, size_t itemsize, bint rsag, int flags):
         """Bytes one rank publishes per step: whole elements that fit a half
-        (with room for the 1/p result slice in the reduce-scatter case)."""
+        (with room for the 1/p result slice in the reduce-scatter case);
+        CXLMPI_CHUNK_SIZE, or the whole half with the V_BIGCHUNK variant."""
         cdef size_t cap = self.st.half_nbytes
         if rsag:
             cap = cap * self.st.size // (self.st.size + 1) - itemsize
         cdef size_t chunk = self.chunk_nbytes if self.chunk_nbytes < cap else cap
+        if flags & V_BIGCHUNK:
+            chunk = cap
         chunk -= chunk % itemsize
         return chunk if chunk >= itemsize else itemsize
 
@@ -527,10 +532,15 @@ cdef class Pool:
         raise PoolFailure(rc, self.st.failed_rank, what)
 
     cdef _expect(self, str what, int root, int op, int tcode, uint64_t nbytes,
-                 uint64_t pairs):
+                 uint64_t pairs, int flags=0):
         """The signature of the call about to start (published with its
-        first step, compared by every rank: see check_signatures)."""
+        first step, compared by every rank: see check_signatures); the
+        variant's `flags` ride in the top byte of the bytes word, so that
+        ranks that picked different variants stop with a mismatch."""
         self.st.ops += 1
+        self.st.stream = flags & V_STREAM
+        self.st.took_zc = 0
+        nbytes ^= (<uint64_t>flags & 0xFF) << 56
         self.st.sig[0] = ((<uint64_t>kind_code(what) << 48)
                           | (self.st.ops & 0xFFFF) << 32
                           | (<uint64_t>(op + 1) & 0xFF) << 24
@@ -555,6 +565,12 @@ cdef class Pool:
     def progress_calls(self):
         """MPI progress calls made by this pool's waits."""
         return self.st.progress.calls
+
+    def ops_address(self):
+        """The address of this rank's call counter (pool calls and passed
+        ones, numbered alike on every rank), for cxlmpi._shim's routes,
+        which keep this Pool alive while they hold it."""
+        return <uintptr_t>&self.st.ops
 
     def note_pass(self):
         """This rank sends its current call to MPI: peers that took it to
@@ -585,7 +601,7 @@ cdef class Pool:
                         <int>((a >> 16) & 0xFF) - 1, line.sig[1][self.st.step & 1]))
         return out
 
-    def barrier(self):
+    def barrier(self, int flags=0):
         """All ranks of the pool meet (no data)."""
         self._check()
         cdef int rc
@@ -595,14 +611,16 @@ cdef class Pool:
         if rc != OK:
             self._raise(rc, "Barrier")
 
-    def bcast(self, uintptr_t address, size_t nbytes, int root):
-        """Broadcast `nbytes` at `address` (this rank's buffer) from `root`."""
+    def bcast(self, uintptr_t address, size_t nbytes, int root, int flags=0):
+        """Broadcast `nbytes` at `address` (this rank's buffer) from `root`,
+        with the variant `flags` (V_*); True when it ran zero-copy (every
+        rank alike)."""
         self._check()
-        cdef size_t chunk = self._chunk(1, False)
+        cdef size_t chunk = self._chunk(1, False, flags)
         cdef int rc = OK
         cdef bint zc = self._zerocopy(nbytes)
         cdef uint64_t mine = 0, theirs = 0
-        self._expect("Bcast", root, -1, -1, nbytes, 0)
+        self._expect("Bcast", root, -1, -1, nbytes, 0, flags)
         if zc and self.st.rank == root:
             mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
         elif zc:
@@ -612,26 +630,32 @@ cdef class Pool:
                            self.nbytes)
         if rc != OK:
             self._raise(rc, "Bcast")
+        return self.st.took_zc != 0
 
     def reduce(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
-               size_t itemsize, int op, int tcode, int root):
+               size_t itemsize, int op, int tcode, int root, int flags=0):
         """Reduce `count` elements to `root` (every rank when root < 0).
         `sendaddr` may equal `recvaddr` (in place); `recvaddr` is ignored on
-        non-root ranks of a rooted reduce."""
+        non-root ranks of a rooted reduce.  `flags`: the variant (V_*);
+        True when it ran zero-copy (every rank alike)."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
         # Two ranks move the same bytes across cores either way, and the
         # everyone-reduces-all algorithm takes one step per chunk instead of
-        # two: reduce-scatter + allgather pays from three ranks on.
+        # two: by default reduce-scatter + allgather from three ranks on.
         cdef bint rsag = (self.st.size >= self.rsag_min_ranks
-                          and count >= <size_t>self.st.size
                           and count * itemsize >= self.rsag_min_nbytes)
-        cdef size_t chunk = self._chunk(itemsize, rsag)
+        if flags & V_RSAG:
+            rsag = True
+        elif flags & V_FLAT:
+            rsag = False
+        rsag = rsag and count >= <size_t>self.st.size
+        cdef size_t chunk = self._chunk(itemsize, rsag, flags)
         cdef int rc = OK
         cdef size_t nbytes = count * itemsize
         cdef bint zc = self._zerocopy(nbytes)
         cdef uint64_t send1 = 0, recv1 = 0
-        self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0)
+        self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0, flags)
         if zc:
             send1 = resident(&self.st, <const char *>sendaddr, nbytes, self.nbytes)
             if root < 0 or root == self.st.rank:
@@ -641,6 +665,7 @@ cdef class Pool:
                             itemsize, fn, root, rsag, chunk, zc, send1, recv1, self.nbytes)
         if rc != OK:
             self._raise(rc, "Allreduce" if root < 0 else "Reduce")
+        return self.st.took_zc != 0
 
     cdef bint _zerocopy(self, size_t nbytes):
         """Whether a collective of `nbytes` first asks where every rank's
@@ -654,11 +679,11 @@ cdef class Pool:
         the personalized collectives publish."""
         return self._zerocopy(nbytes) and <size_t>self.st.size * 24 <= self.st.half_nbytes
 
-    def _sub(self, size_t itemsize):
+    def _sub(self, size_t itemsize, int flags=0):
         """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
         cdef size_t sub = self.st.half_nbytes // self.st.size
         cdef size_t chunk = self.chunk_nbytes
-        if chunk < sub:
+        if chunk < sub and not flags & V_BIGCHUNK:
             sub = chunk
         sub -= sub % 64
         sub -= sub % itemsize
@@ -670,26 +695,35 @@ cdef class Pool:
         returns the maximum, or 0 when any rank published 0 ("not through
         the pool").  `pairs`: this rank's share of the block checksum
         (pair_hash), checked when no rank published 0."""
+        return self.header(value, what, root, pairs)[0]
+
+    def header(self, uint64_t value, str what="header step", int root=-1,
+               uint64_t pairs=0, uint64_t report=0, uint64_t extra=0):
+        """`agree`, carrying a report of cxlmpi.select: `report` (its id,
+        the same on every rank, or a mismatch) and `extra` (this rank's
+        figure); returns (agreed value, the largest `extra`)."""
         self._check()
-        cdef uint64_t agreed = 0
+        cdef uint64_t agreed = 0, most = 0
         cdef int rc
-        self._expect(what + " header", root, -1, -1, 0, 0)
+        self._expect(what + " header", root, -1, -1, report, 0)
         with nogil:
-            rc = agree_max(&self.st, value, pairs, &agreed)
+            rc = agree_max(&self.st, value, pairs, extra, &agreed, &most)
         if rc != OK:
             self._raise(rc, what)
-        return agreed
+        return agreed, most
 
     def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
-               recv_nbytes, int root, size_t max_nbytes, str what, uint64_t pairs=0):
+               recv_nbytes, int root, size_t max_nbytes, str what, uint64_t pairs=0,
+               int flags=0):
         """Allgather(v) (root < 0) and Gather(v).  `recv_addrs`/`recv_nbytes`:
         where each rank's block goes (ignored off the root of a Gather);
         `max_nbytes`: the largest block of any rank (the same everywhere);
-        `pairs`: this rank's share of the block checksum (pair_hash)."""
+        `pairs`: this rank's share of the block checksum (pair_hash);
+        `flags`: the variant (V_*).  True when it ran zero-copy."""
         self._check()
-        self._expect(what, root, -1, -1, max_nbytes, pairs)
+        self._expect(what, root, -1, -1, max_nbytes, pairs, flags)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
-        cdef size_t chunk = self._chunk(1, False)
+        cdef size_t chunk = self._chunk(1, False, flags)
         cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
         cdef int rc = OK, p = self.st.size
         cdef bint zc = self._zerocopy_tables(max_nbytes * p), done = False
@@ -707,18 +741,21 @@ cdef class Pool:
                                 recv.addr, recv.nbytes, root, nsteps, chunk)
         if rc != OK:
             self._raise(rc, what)
+        return done
 
     def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
-                 size_t max_nbytes, str what, int root=-1, uint64_t pairs=0):
+                 size_t max_nbytes, str what, int root=-1, uint64_t pairs=0,
+                 int flags=0):
         """Alltoall(v) and Scatter(v) (from `root`): `send_*[d]` goes to
         rank d, `recv_*[q]` comes from rank q; `max_nbytes`: the largest
         block between any two ranks (the same everywhere); `pairs`: this
-        rank's share of the block checksum (pair_hash)."""
+        rank's share of the block checksum (pair_hash); `flags`: the
+        variant (V_*).  True when it ran zero-copy."""
         self._check()
-        self._expect(what, root, -1, -1, max_nbytes, pairs)
+        self._expect(what, root, -1, -1, max_nbytes, pairs, flags)
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
-        cdef size_t sub = self._sub(1)
+        cdef size_t sub = self._sub(1, flags)
         cdef size_t nsteps = (max_nbytes + sub - 1) // sub
         cdef int rc = OK
         cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size), done = False
@@ -731,19 +768,23 @@ cdef class Pool:
                                   recv.addr, recv.nbytes, nsteps, sub)
         if rc != OK:
             self._raise(rc, what)
+        return done
 
     def reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr,
-                       size_t itemsize, int op, int tcode, bint inplace, str what):
+                       size_t itemsize, int op, int tcode, bint inplace, str what,
+                       int flags=0):
         """Reduce_scatter(_block): `send_addrs[d]` is where this rank's piece
         for rank d starts, `counts[d]` its elements (the same on every rank);
         `inplace`: the pieces are in the receive buffer, whose start gets the
-        result."""
+        result; `flags`: the variant (V_*).  True when it ran zero-copy."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
         cdef _Arrays send = _Arrays(send_addrs, counts)
         # every rank passes the same counts: their hash must agree
-        self._expect(what, -1, op, tcode, counts_hash(send.nbytes, self.st.size) ^ itemsize, 0)
-        cdef size_t sub_count = self._sub(itemsize) // itemsize
+        self._expect(what, -1, op, tcode,
+                     (counts_hash(send.nbytes, self.st.size) ^ itemsize) & ((1 << 56) - 1),
+                     0, flags)
+        cdef size_t sub_count = self._sub(itemsize, flags) // itemsize
         cdef size_t nsteps = 0, q
         cdef size_t total = 0
         for q in range(self.st.size):
@@ -772,17 +813,19 @@ cdef class Pool:
                                         inplace)
         if rc != OK:
             self._raise(rc, what)
+        return zc and all_resident
 
     def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
-             size_t itemsize, int op, int tcode, bint exclusive):
+             size_t itemsize, int op, int tcode, bint exclusive, int flags=0):
         """Scan (inclusive) or Exscan of `count` elements: rank r folds the
-        contributions of ranks 0 .. r (0 .. r-1)."""
+        contributions of ranks 0 .. r (0 .. r-1); `flags`: the variant."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        cdef size_t chunk = self._chunk(itemsize, False)
+        cdef size_t chunk = self._chunk(itemsize, False, flags)
         cdef int nranks = self.st.rank if exclusive else self.st.rank + 1
         cdef int rc
-        self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0)
+        self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0,
+                     flags)
         with nogil:
             rc = alg_fold_prefix(&self.st, <const char *>sendaddr, <char *>recvaddr,
                                  count, itemsize, fn, -1, nranks, chunk)

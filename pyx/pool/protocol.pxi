@@ -102,9 +102,10 @@ cdef int check_signatures(state_t *st) noexcept nogil:
 
 
 cdef inline void copy_in(state_t *st, void *slot, const void *src, size_t n) noexcept nogil:
-    """Copy what this rank publishes into its half (in sw mode straight to
-    memory, bypassing the cache: no write-back pass afterwards)."""
-    if st.sw:
+    """Copy what this rank publishes into its half (in sw mode, or when the
+    call's variant says so, with streaming stores straight to memory: no
+    write-back pass afterwards, no dirty lines for the readers to snoop)."""
+    if st.sw or st.stream:
         cxl_copy_out(slot, src, n)
     else:
         cxl_copy(slot, src, n)
@@ -174,24 +175,34 @@ cdef inline int step_all(state_t *st) noexcept nogil:
     return wait_all(st)
 
 
-cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs,
-                   uint64_t *result) noexcept nogil:
+cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, uint64_t extra,
+                   uint64_t *result, uint64_t *extra_max) noexcept nogil:
     """A header step: every rank publishes `mine`; all learn the maximum
     (0 from any rank, meaning "not mine", makes the result 0).  `pairs`:
     this rank's share of the block checksum (see check_signatures), checked
     only when every rank takes the pool path (a rank that declines may not
-    know its blocks)."""
+    know its blocks).  `extra` (the first word of its half): all learn its
+    maximum too (a timing, for cxlmpi.select)."""
     cdef int q, rc
-    cdef uint64_t v, best = 0, total = 0
+    cdef uint64_t v, best = 0, total = 0, most = 0
     cdef bint any_zero = mine == 0
+    cdef uint64_t *word
     value_ptr(st, st.rank, st.step + 1)[0] = mine
     value2_ptr(st, st.rank, st.step + 1)[0] = pairs
+    word = <uint64_t *>half_ptr(st, st.rank, st.step + 1)
+    word[0] = extra
+    wrote(st, word, 8)
     rc = step_all(st)
     if rc != OK:
         return rc
     for q in range(st.size):
         if st.sw and q != st.rank:
             cxl_flush(value_ptr(st, q, st.step), 8, 1)
+        word = <uint64_t *>half_ptr(st, q, st.step)
+        if q != st.rank:
+            will_read(st, word, 8)
+        if word[0] > most:
+            most = word[0]
         v = value_ptr(st, q, st.step)[0]
         total += value2_ptr(st, q, st.step)[0]
         if v == 0:
@@ -204,6 +215,7 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs,
         st.failed_code = ERR_MISMATCH
         return ERR_MISMATCH
     result[0] = 0 if any_zero else best
+    extra_max[0] = most
     return OK
 
 

@@ -155,6 +155,7 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
                 if not all_recv and recvs[q] == sends[q]:
                     zc = False
         if zc:
+            st.took_zc = 1
             return alg_reduce_pull(st, sends, recvs, recvbuf, count, itemsize, fn, root,
                                    all_recv)
         # Some send buffers in the pool: those ranks skip copying in and are
