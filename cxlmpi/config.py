@@ -121,11 +121,20 @@ VARIABLES: tuple[Variable, ...] = (
              "Smallest message (bytes) that goes through the pool; smaller "
              "ones pass through to MPI.",
              agreed=True),
-    Variable("CXLMPI_TUNING", str, "builtin",
-             "Which sizes of each collective go through the pool: builtin "
-             "(the measured table), pool (every size >= CXLMPI_THRESHOLD), "
-             "or a JSON file {collective: [lo, hi] or null}.",
+    Variable("CXLMPI_TUNING", str, "adaptive",
+             "Which path each call takes: adaptive (each communicator times "
+             "stock MPI and the pool's variants on its first calls of each "
+             "collective and size, keeps the fastest, re-checks now and then; "
+             "see CXLMPI_CACHE), builtin (the shipped table of sizes), pool "
+             "(every size >= CXLMPI_THRESHOLD), or a JSON file {collective: "
+             "[lo, hi] or null}; all but adaptive pin the choice.",
              agreed=True),
+    Variable("CXLMPI_CACHE", str, "~/.cache/cxlmpi/selection.json",
+             "Where adaptive selection remembers what it learned, per machine "
+             "(CPU, cores, ranks per pool, MPI library, cxlmpi version); read "
+             "by rank 0 when a pool is set up, written at exit; off: none.  "
+             "python -m cxlmpi.tune fills it.",
+             agreed=False),
     Variable("CXLMPI_CHUNK_SIZE", parse_size, "256K",
              "Bytes each rank publishes per pipeline step.",
              agreed=True),
@@ -246,6 +255,7 @@ class Config:
     zerocopy_threshold: int
     threshold: int
     tuning: str
+    cache: str
     chunk_size: int
     rsag_threshold: int
     timeout: float
@@ -283,10 +293,16 @@ class Config:
             out[name] = (low, window[1])
         return out
 
+    @property
+    def adaptive(self) -> bool:
+        """Whether each communicator picks its paths by measuring them
+        (CXLMPI_TUNING=adaptive) rather than by a pinned table."""
+        return self.tuning == "adaptive"
+
     def tuning_table(self) -> dict[str, Any]:
         """The windows CXLMPI_TUNING names, as written ({collective: [lo,
         hi] or None}; a collective not in it: CXLMPI_THRESHOLD and up)."""
-        if self.tuning == "pool":
+        if self.tuning in ("pool", "adaptive"):
             return {}
         if self.tuning == "builtin":
             return dict(BUILTIN_WINDOWS)
@@ -298,7 +314,7 @@ class Config:
         different paths on different hosts)."""
         out = {name: getattr(self, _KEYS[name]) for name in AGREED}
         if "CXLMPI_TUNING" in out:
-            out["CXLMPI_TUNING"] = sorted(self.tuning_table().items())
+            out["CXLMPI_TUNING"] = (self.adaptive, sorted(self.tuning_table().items()))
         return out
 
     def as_dict(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _shim, config, progress
+from . import _shim, config, progress, select
 from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
 from .errors import (
     CXLMPIError,
@@ -32,7 +32,7 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only", "probe")
+    __slots__ = ("pool", "error", "only", "probe", "routes", "machine")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None) -> None:
@@ -40,10 +40,16 @@ class _State:
         self.probe = probe  # what the pool's waits probe for MPI progress
         self.error: CXLMPIError | None = None
         self.only: tuple[bool, ...] | None = None
+        # adaptive selection (cxlmpi.select): the compiled routes, whose
+        # `selector` learns; the machine fingerprint its cache entry is for
+        self.routes: _shim.Routes | None = None
+        self.machine: dict[str, Any] | None = None
         if isinstance(pool, Hierarchy):
             self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
 
     def close(self) -> None:
+        remember(self)
+        self.routes = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -82,6 +88,7 @@ def _close_at_exit() -> None:
     out); pool arrays still alive keep their memory until the process ends
     (Pool.detach).  In a child made by fork() it touches nothing shared."""
     for state in list(_states.values()):
+        remember(state)
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
             pool.detach()
@@ -102,10 +109,43 @@ def _state_for(comm: MPI.Intracomm) -> _State:
         warn_no_space("a communicator's pool (its collectives go to MPI)",
                       config.get().pool_size)
         pool = None
-    state = _State(pool, progress.attach(pool, plain) if config.get().progress else None)
+    cfg = config.get()
+    state = _State(pool, progress.attach(pool, plain) if cfg.progress else None)
+    if cfg.adaptive and isinstance(pool, Pool):
+        _learn(state, pool, plain, cfg)
     _states[comm.handle] = state
     comm.Set_attr(_KEYVAL, state)
     return state
+
+
+def _learn(state: _State, pool: Pool, comm: MPI.Intracomm, cfg: config.Config) -> None:
+    """Collective: give `state` adaptive selection, starting from what the
+    cache remembers for this machine (read by rank 0, so that every rank
+    starts from the same decisions)."""
+    prior = None
+    machine = None
+    if comm.Get_rank() == 0:
+        machine = select.fingerprint(pool.size, MPI.Get_library_version(), cfg)
+        prior = select.load_cache(select.cache_path(cfg), machine)
+    machine, prior = comm.bcast((machine, prior), root=0)
+    routes = _shim.Routes(pool)
+    routes.selector = select.Selector(routes, pool.size, pool.chunk_nbytes,
+                                      streaming=True, prior=prior)
+    state.routes = routes
+    state.machine = machine
+
+
+def remember(state: _State) -> None:
+    """Write what `state`'s selector settled into the cache (rank 0 of the
+    communicator, which read it), once."""
+    routes = state.routes
+    if routes is None or state.machine is None or state.pool is None:
+        return
+    selector = routes.selector
+    if not selector.changed or state.pool.rank != 0:
+        return
+    selector.changed = False
+    select.save_cache(select.cache_path(), state.machine, selector.decisions())
 
 
 def _describe(call: tuple) -> str:

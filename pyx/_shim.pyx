@@ -29,7 +29,11 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
+from libc.string cimport memset
 from cpython.pyport cimport PY_SSIZE_T_MAX
+
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
 
 cdef extern from "<time.h>" nogil:
     ctypedef int clockid_t
@@ -88,6 +92,7 @@ cdef double stat_pool[NCOLL]
 cdef double stat_pass[NCOLL]
 cdef double stat_bytes[NCOLL]
 cdef double stat_seconds[NCOLL]
+cdef double stat_learn[NCOLL]   # calls that timed a path (adaptive selection)
 
 
 cdef inline double now() noexcept nogil:
@@ -152,17 +157,17 @@ cdef inline void pooled(int which, double nbytes, double t0) noexcept:
 
 
 def stats_rows():
-    """{name: (pool_calls, passthrough_calls, nbytes, seconds)} of every
-    intercepted collective, called or not."""
+    """{name: (pool_calls, passthrough_calls, nbytes, seconds, learning
+    calls)} of every intercepted collective, called or not."""
     return {COLLECTIVES[i]: (int(stat_pool[i]), int(stat_pass[i]),
-                             int(stat_bytes[i]), stat_seconds[i])
+                             int(stat_bytes[i]), stat_seconds[i], int(stat_learn[i]))
             for i in range(NCOLL)}
 
 
 def stats_reset():
     """Zero every counter."""
     for i in range(NCOLL):
-        stat_pool[i] = stat_pass[i] = stat_bytes[i] = stat_seconds[i] = 0
+        stat_pool[i] = stat_pass[i] = stat_bytes[i] = stat_seconds[i] = stat_learn[i] = 0
 
 
 # --------------------------------------------------------------- settings
@@ -171,6 +176,12 @@ def stats_reset():
 # through the pool: lo <= nbytes < hi (cxlmpi.config.windows()).
 cdef Py_ssize_t lo[NCOLL]
 cdef Py_ssize_t hi[NCOLL]
+# CXLMPI_TUNING=adaptive: lo/hi are [CXLMPI_THRESHOLD, -) and each
+# communicator's Routes choose; where it has none (pools spanning groups),
+# the builtin windows (blo/bhi) decide.
+cdef bint adaptive = False
+cdef Py_ssize_t blo[NCOLL]
+cdef Py_ssize_t bhi[NCOLL]
 cdef Py_ssize_t NEVER = PY_SSIZE_T_MAX
 cdef bint disabled = False
 cdef bint configured = False
@@ -179,17 +190,23 @@ cdef bint configured = False
 cdef bint time_all = False
 
 
-def configure(cfg):
-    """Take the settings the hot path needs (called by cxlmpi.config)."""
-    global disabled, configured, time_all
-    windows = cfg.windows()
+cdef void set_windows(Py_ssize_t *los, Py_ssize_t *his, dict windows):
     for i, name in enumerate(COLLECTIVES):
         window = windows.get(name)
         if window is None:
-            lo[i] = hi[i] = NEVER
+            los[i] = his[i] = NEVER
         else:
-            lo[i] = min(window[0], NEVER)
-            hi[i] = NEVER if window[1] is None else min(window[1], NEVER)
+            los[i] = min(window[0], NEVER)
+            his[i] = NEVER if window[1] is None else min(window[1], NEVER)
+
+
+def configure(cfg):
+    """Take the settings the hot path needs (called by cxlmpi.config)."""
+    global disabled, configured, time_all, adaptive
+    set_windows(lo, hi, cfg.windows())
+    adaptive = cfg.adaptive
+    set_windows(blo, bhi, _config.Config(dict(
+        CXLMPI_TUNING="builtin", CXLMPI_THRESHOLD=str(cfg.threshold))).windows())
     disabled = cfg.disable
     time_all = cfg.stats
     configured = True
@@ -533,6 +550,145 @@ cpdef object pool_of(object comm, int which=-1):
     return state.pool
 
 
+cdef object state_of(object comm, int which):
+    """`pool_of`, returning the communicator's state (None: no pool for
+    this collective): its pool and its routes."""
+    global _marked_comm
+    state = _states.get(comm.handle)
+    if state is None:
+        _marked_comm = None
+        state = _state_for(comm)
+    if state.error is not None:
+        raise state.error
+    if state.pool is None or (state.only is not None and not state.only[which]):
+        return None
+    return state
+
+
+# ------------------------------------------------------- path selection
+
+DEF NCLASS = 64
+# A path code (cxlmpi.select): 0 stock MPI, 1 + variant flags the pool.
+# FOLLOW: MPI, where every rank already knows it (a header step said so:
+# no pass mark, which would count the call twice).
+DEF FOLLOW = -1
+DEF SLOW = -1
+
+
+# The mpi4py method of each collective, as errors name it ("Allreduce").
+METHODS = tuple(name.capitalize() for name in COLLECTIVES)
+
+
+cdef inline int size_class(Py_ssize_t nbytes) noexcept nogil:
+    return 0 if nbytes <= 1 else 63 - __builtin_clzll(<unsigned long long>nbytes)
+
+
+cdef class Routes:
+    """A communicator's settled choices, per collective x size class x
+    placement (0 private, 1 pool: what the class's last pool call found),
+    each valid until the pool's call counter reaches its re-check; kept by
+    a cxlmpi.select.Selector (`selector`), read here without Python."""
+    cdef signed char choice[NCOLL][NCLASS][2]
+    cdef unsigned char where[NCOLL][NCLASS]
+    cdef uint64_t due[NCOLL][NCLASS][2]
+    cdef const uint64_t *ops_ptr
+    cdef object pool              # keeps the call counter alive
+    cdef public object selector
+
+    def __cinit__(self, pool):
+        self.pool = pool
+        self.ops_ptr = <const uint64_t *><uintptr_t>pool.ops_address()
+        memset(self.choice, SLOW, sizeof(self.choice))
+        memset(self.where, 0, sizeof(self.where))
+        memset(self.due, 0, sizeof(self.due))
+
+    def set(self, int which, int sc, int pl, int code, uint64_t due):
+        """Class (which, sc, pl) takes path `code` (SLOW: ask the selector)
+        until the call counter reaches `due`."""
+        self.choice[which][sc][pl] = code
+        self.due[which][sc][pl] = due
+
+    def placement(self, int which, int sc):
+        return self.where[which][sc]
+
+    def ops(self):
+        """The pool's call counter (the same on every rank at a call)."""
+        return self.ops_ptr[0]
+
+
+cdef bint learning = False   # the current call times its path for the selector
+
+
+cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root) except -9:
+    """The path of a call of `nbytes` (all blocks together) that the pool
+    could take: 0 MPI, FOLLOW MPI without a pass mark, > 0 a pool code.
+    Settled classes decide here; the others ask the selector after a
+    header step (see cxlmpi.select)."""
+    global learning
+    learning = False
+    cdef Routes r = state.routes
+    if r is None:   # pinned (or a pool spanning groups under adaptive)
+        return 1 if not adaptive or which == BARRIER or \
+            blo[which] <= nbytes < bhi[which] else 0
+    cdef int sc = size_class(nbytes)
+    cdef int pl = r.where[which][sc]
+    cdef int code = r.choice[which][sc][pl]
+    if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
+        return code
+    sel = r.selector
+    report, mine = sel.report()
+    try:
+        agreed, most = state.pool.header(1 + nbytes, METHODS[which], root, 0, report, mine)
+    except PoolFailure as exc:
+        if exc.passed:   # a peer sent the call to MPI: all follow, none learns
+            return FOLLOW
+        raise run_failed(comm, exc) from None
+    sel.delivered(most)
+    code, learning = sel.pick(which, agreed - 1, r.ops_ptr[0])
+    return code if code != 0 else FOLLOW   # every rank knows: no pass mark
+
+
+cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:
+    """`take` after a header step that already ran this call (the
+    v-collectives' settle): no second one."""
+    global learning
+    learning = False
+    cdef Routes r = state.routes
+    if r is None:
+        return 1 if not adaptive or blo[which] <= nbytes < bhi[which] else 0
+    cdef int sc = size_class(nbytes)
+    cdef int pl = r.where[which][sc]
+    cdef int code = r.choice[which][sc][pl]
+    if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
+        return code
+    code, learning = r.selector.pick(which, nbytes, r.ops_ptr[0])
+    return code if code != 0 else FOLLOW
+
+
+cdef inline double clock() noexcept:
+    return now() if learning or time_all else 0.0
+
+
+cdef int took(object state, int which, Py_ssize_t nbytes, int code, int zc,
+              double t) except -1:
+    """After a call that `take` routed: the placement the pool found (zc:
+    1 zero-copy, 0 copied, -1 it followed a peer to MPI), and the time of
+    a learning call for the selector."""
+    cdef Routes r
+    if state is None:
+        return 0
+    r = state.routes
+    if r is None:
+        return 0
+    if zc >= 0 and code > 0:
+        r.where[which][size_class(nbytes)] = zc
+    if learning and zc >= 0:
+        stat_learn[which] += 1
+        r.selector.learned(which, nbytes, code if code > 0 else 0, zc == 1,
+                           <long long>((now() - t) * 1e9))
+    return 0
+
+
 cdef inline uint64_t pairs_sent(int me, object nbytes):
     """This rank's share of the block checksum for the blocks it sends
     (`nbytes[d]` to rank d): see _pool.pair_hash."""
@@ -558,27 +714,38 @@ cdef uint64_t REFUSED = 0xFFFFFFFFFFFFFFFF
 
 cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
                   int root=-1, uint64_t pairs=0, object refused=None):
-    """(pool, agreed) for a v-collective, or (None, 0) for MPI: in a header
-    step every rank publishes 1 + its largest block (0: it cannot take the
-    pool path) and its share of the block checksum (`pairs`), and all
-    decide alike from the maximum.  A rank that refused its message
-    (`refused`: the error) publishes REFUSED and raises it; the others
-    raise too."""
+    """(state, agreed, path code) for a v-collective: in a header step every
+    rank publishes 1 + its largest block (0: it cannot take the pool path)
+    and its share of the block checksum (`pairs`), and all decide alike
+    from the maximum (code 0: MPI, FOLLOW: MPI after a peer passed the
+    call, > 0: the pool).  The header carries the selector's report.  A
+    rank that refused its message (`refused`: the error) publishes REFUSED
+    and raises it; the others raise too."""
+    global learning
+    learning = False
     if not eligible:
-        return None, 0
-    pool = pool_of(comm, which)
-    if pool is None:
+        return None, 0, 0
+    state = state_of(comm, which)
+    if state is None:
         if refused is not None:
             raise refused
-        return None, 0
-    cdef uint64_t agreed
+        return None, 0, 0
+    cdef uint64_t agreed, most
+    cdef Routes r = state.routes
     try:
-        agreed = pool.agree(REFUSED if refused is not None else local,
-                            COLLECTIVES[which], root, pairs)
+        if r is None:
+            agreed = state.pool.agree(REFUSED if refused is not None else local,
+                                      COLLECTIVES[which], root, pairs)
+        else:
+            report, mine = r.selector.report()
+            agreed, most = state.pool.header(REFUSED if refused is not None else local,
+                                             COLLECTIVES[which], root, pairs, report, mine)
     except PoolFailure as exc:
         if exc.passed and refused is None:  # a peer sent the call to MPI: follow
-            return None, 0
+            return None, 0, FOLLOW
         raise run_failed(comm, exc) from None
+    if r is not None:
+        r.selector.delivered(most)
     if refused is not None:
         raise refused
     if agreed == REFUSED:
@@ -588,16 +755,17 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
             f"cxlmpi: {COLLECTIVES[which]}: another rank's message runs outside "
             f"its buffer (that rank raised the details)")
     if agreed == 0 or not within(which, (agreed - 1) * size):
-        return None, 0
-    return pool, agreed
+        return None, 0, FOLLOW
+    code = take_agreed(state, which, (agreed - 1) * size)
+    return (state, agreed, code) if code > 0 else (state, agreed, FOLLOW)
 
 
 cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
                            object own, int root, int size, int rank):
     """Gatherv / Scatterv: parse the root's vector message (`vbuf`, its
     counts in elements) and every rank's own block (`own`; at the root it
-    may be IN_PLACE), then settle the path as `settle` does.  Returns (pool,
-    agreed, vector message, counts, displs, own message): pool None = MPI.
+    may be IN_PLACE), then settle the path as `settle` does.  Returns
+    (state, agreed, path code, vector message, counts, displs, own message).
     Only the root reads `vbuf`: when its counts or displacements run outside
     the buffer it raises, and the header step makes every rank raise."""
     cdef Message vmsg = None, mine = None
@@ -637,28 +805,33 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
             pairs = <uint64_t>pair_hash(rank, root, mine.nbytes)
         else:
             pairs = -<uint64_t>pair_hash(root, rank, mine.nbytes)
-    pool, agreed = settle(comm, which, eligible, local, size, root, pairs, refused)
-    return pool, agreed, vmsg, counts, displs, mine
+    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused)
+    return state, agreed, code, vmsg, counts, displs, mine
 
 
 cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
 
 
-def run(comm, int which, stock, method, *args):
-    """Run a pool algorithm (True), turning its failure into the error the
-    user sees (a timeout naming the missing ranks, a dead peer, calls that
-    do not match); when a peer sent this call to MPI, call `stock` (the
-    stock collective) instead, as every rank does then (False)."""
+cdef int run(object comm, int which, int code, object stock, object method,
+             tuple args) except -9:
+    """Run a pool algorithm with the variant of path `code` (1 if it ran
+    zero-copy, else 0), turning its failure into the error the user sees (a
+    timeout naming the missing ranks, a dead peer, calls that do not
+    match); when a peer sent this call to MPI, call `stock` (the stock
+    collective) instead, as every rank does then (-1)."""
     try:
-        method(*args)
-        return True
+        if code > 1:
+            res = method(*args, flags=code - 1)
+        else:
+            res = method(*args)
+        return 1 if res else 0
     except PoolFailure as exc:
         if not exc.passed:
             raise run_failed(comm, exc) from None
     stock()
     stat_pass[which] += 1
-    return False
+    return -1
 
 
 def run_pool(comm, method, *args):
@@ -706,101 +879,140 @@ cdef inline object plan_reduce(int which, object sendbuf, object recvbuf,
 # ------------------------------------------------------------ collectives
 
 class CommBase(_Intracomm):
-    """The intercepted collectives of CXLComm (see cxlmpi.comm)."""
+    """The intercepted collectives of CXLComm (see cxlmpi.comm).
+
+    Each method parses its messages; when the pool could take the call,
+    `take` (or `settle`, for the v-collectives) names the path: stock MPI
+    or a pool variant, alike on every rank; `took` tells the selector how
+    it went."""
 
     __slots__ = ()  # no instance dict: one lookup fewer per method call
 
     def Barrier(self):
         """Barrier synchronization (in the pool once the pool exists)."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         state = _states.get(self.handle)
-        if disabled or state is None or state.pool is None:
-            to_mpi(self)
+        cdef int code = 0, zc = 0
+        if not disabled and state is not None and state.pool is not None:
+            code = take(self, state, BARRIER, 0, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _stock_barrier(self)
             passed(BARRIER, t0)
-            return
-        t0 = now()
-        if run(self, BARRIER, lambda: _stock_barrier(self), state.pool.barrier):
-            pooled(BARRIER, 0, t0)
+        else:
+            t = t0 = now()
+            zc = run(self, BARRIER, code, lambda: _stock_barrier(self), state.pool.barrier, ())
+            if zc >= 0:
+                pooled(BARRIER, 0, t0)
+        took(state, BARRIER, 0, code, zc, t)
 
     def Bcast(self, buf, int root=0):
         """Broadcast data from one process to all other processes."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message msg = None
+        cdef int code = 0, zc = 0
         if not disabled and not small(buf, lo[BCAST]) and 0 <= root < self.Get_size():
             msg = parse(buf, root != self.Get_rank())
             if msg is not None and not within(BCAST, msg.nbytes):
                 msg = None
-        pool = pool_of(self, BCAST) if msg is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, BCAST) if msg is not None else None
+        if state is not None:
+            code = take(self, state, BCAST, msg.nbytes, root)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _stock_bcast(self, buf, root)
             passed(BCAST, t0)
-            return
-        if not time_all:
-            t0 = now()
-        if run(self, BCAST, lambda: _stock_bcast(self, buf, root),
-               pool.bcast, msg.address, msg.nbytes, root):
-            pooled(BCAST, msg.nbytes, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            zc = run(self, BCAST, code, lambda: _stock_bcast(self, buf, root), state.pool.bcast,
+                     (msg.address, msg.nbytes, root))
+            if zc >= 0:
+                pooled(BCAST, msg.nbytes, t0)
+        if state is not None:
+            took(state, BCAST, msg.nbytes, code, zc, t)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         """Reduce to root."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send, recv
+        cdef int code = 0, zc = 0
         plan = None
         if not small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE]) and \
                 0 <= root < self.Get_size():
             plan = plan_reduce(REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
-        pool = pool_of(self, REDUCE) if plan is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, REDUCE) if plan is not None else None
+        if state is not None:
+            send, recv, opc = plan
+            code = take(self, state, REDUCE, send.nbytes, root)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _stock_reduce(self, sendbuf, recvbuf, op, root)
             passed(REDUCE, t0)
-            return
-        send, recv, opc = plan
-        if not time_all:
-            t0 = now()
-        if run(self, REDUCE, lambda: _stock_reduce(self, sendbuf, recvbuf, op, root),
-               pool.reduce, send.address, recv.address if recv is not None else 0, send.count,
-               send.itemsize, opc, send.tcode, root):
-            pooled(REDUCE, send.nbytes, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            zc = run(self, REDUCE, code, lambda: _stock_reduce(self, sendbuf, recvbuf, op, root),
+                     state.pool.reduce, (send.address, recv.address if recv is not None else 0,
+                                         send.count, send.itemsize, opc, send.tcode, root))
+            if zc >= 0:
+                pooled(REDUCE, send.nbytes, t0)
+        if state is not None:
+            took(state, REDUCE, send.nbytes, code, zc, t)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """Reduce to all."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send, recv
+        cdef int code = 0, zc = 0
         plan = plan_reduce(ALLREDUCE, sendbuf, recvbuf, op, True)
-        pool = pool_of(self, ALLREDUCE) if plan is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, ALLREDUCE) if plan is not None else None
+        if state is not None:
+            send, recv, opc = plan
+            code = take(self, state, ALLREDUCE, send.nbytes, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _stock_allreduce(self, sendbuf, recvbuf, op)
             passed(ALLREDUCE, t0)
-            return
-        send, recv, opc = plan
-        if not time_all:
-            t0 = now()
-        if run(self, ALLREDUCE, lambda: _stock_allreduce(self, sendbuf, recvbuf, op),
-               pool.reduce, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
-               -1):
-            pooled(ALLREDUCE, send.nbytes, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            zc = run(self, ALLREDUCE, code, lambda: _stock_allreduce(self, sendbuf, recvbuf, op),
+                     state.pool.reduce, (send.address, recv.address, send.count, send.itemsize,
+                                         opc, send.tcode, -1))
+            if zc >= 0:
+                pooled(ALLREDUCE, send.nbytes, t0)
+        if state is not None:
+            took(state, ALLREDUCE, send.nbytes, code, zc, t)
 
     # -------------------------------------------- gather / scatter / all-to-all
 
     def Allgather(self, sendbuf, recvbuf):
         """Gather to All."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         if disabled or small(recvbuf, lo[ALLGATHER]):
             to_mpi(self)
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
             return
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
         recv = parse(recvbuf, True, size)
         if recv is not None and within(ALLGATHER, recv.nbytes * size):
             if sendbuf is not _IN_PLACE:
@@ -809,27 +1021,36 @@ class CommBase(_Intracomm):
                     recv = None
         else:
             recv = None
-        pool = pool_of(self, ALLGATHER) if recv is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, ALLGATHER) if recv is not None else None
+        if state is not None:
+            code = take(self, state, ALLGATHER, recv.nbytes * size, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
-            return
-        if not time_all:
-            t0 = now()
-        block = recv.nbytes
-        addrs = [recv.address + q * block for q in range(size)]
-        sendaddr = addrs[rank] if send is None else send.address
-        if run(self, ALLGATHER, lambda: _Stock.Allgather(self, sendbuf, recvbuf),
-               pool.gather, sendaddr, block, addrs, [block] * size, -1, block, "Allgather"):
-            pooled(ALLGATHER, block * size, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            block = recv.nbytes
+            addrs = [recv.address + q * block for q in range(size)]
+            sendaddr = addrs[rank] if send is None else send.address
+            zc = run(self, ALLGATHER, code, lambda: _Stock.Allgather(self, sendbuf, recvbuf),
+                     state.pool.gather, (sendaddr, block, addrs, [block] * size, -1, block,
+                                         "Allgather"))
+            if zc >= 0:
+                pooled(ALLGATHER, block * size, t0)
+        if state is not None:
+            took(state, ALLGATHER, recv.nbytes * size, code, zc, t)
 
     def Allgatherv(self, sendbuf, recvbuf):
         """Gather to All Vector (the receive counts are known on every rank)."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
         vec = None
         if not disabled and not small(recvbuf, lo[ALLGATHERV]):
             vec = parse_vector(recvbuf, True, size)
@@ -842,31 +1063,39 @@ class CommBase(_Intracomm):
                     if send is None or send.nbytes != \
                             counts[rank] * recv.itemsize:
                         vec = None
-        pool = pool_of(self, ALLGATHERV) if vec is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, ALLGATHERV) if vec is not None else None
+        if state is not None:
+            code = take(self, state, ALLGATHERV, recv.nbytes, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Allgatherv(self, sendbuf, recvbuf)
             passed(ALLGATHERV, t0)
-            return
-        if not time_all:
-            t0 = now()
-        item = recv.itemsize
-        addrs = [recv.address + d * item for d in displs]
-        sizes = [c * item for c in counts]
-        sendaddr = addrs[rank] if send is None else send.address
-        # every rank's counts must agree with what each sender sends
-        pairs = pairs_sent(rank, [sizes[rank]] * size) + pairs_received(rank, sizes)
-        if run(self, ALLGATHERV, lambda: _Stock.Allgatherv(self, sendbuf, recvbuf),
-               pool.gather, sendaddr, sizes[rank], addrs, sizes, -1, max(sizes), "Allgatherv",
-               pairs):
-            pooled(ALLGATHERV, recv.count * item, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            item = recv.itemsize
+            addrs = [recv.address + d * item for d in displs]
+            sizes = [c * item for c in counts]
+            sendaddr = addrs[rank] if send is None else send.address
+            # every rank's counts must agree with what each sender sends
+            pairs = pairs_sent(rank, [sizes[rank]] * size) + pairs_received(rank, sizes)
+            zc = run(self, ALLGATHERV, code, lambda: _Stock.Allgatherv(self, sendbuf, recvbuf),
+                     state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1, max(sizes),
+                                         "Allgatherv", pairs))
+            if zc >= 0:
+                pooled(ALLGATHERV, recv.count * item, t0)
+        if state is not None:
+            took(state, ALLGATHERV, recv.nbytes, code, zc, t)
 
     def Gather(self, sendbuf, recvbuf, int root=0):
         """Gather together values from a group of processes."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
         cdef Py_ssize_t block = -1
         if not disabled and lo[GATHER] != NEVER and 0 <= root < size:
             if rank == root:
@@ -883,22 +1112,31 @@ class CommBase(_Intracomm):
                     block = send.nbytes
         if block >= 0 and not within(GATHER, block * size):
             block = -1
-        pool = pool_of(self, GATHER) if block >= 0 else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, GATHER) if block >= 0 else None
+        if state is not None:
+            code = take(self, state, GATHER, block * size, root)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Gather(self, sendbuf, recvbuf, root)
             passed(GATHER, t0)
-            return
-        if not time_all:
-            t0 = now()
-        if rank == root:
-            addrs = [recv.address + q * block for q in range(size)]
         else:
-            addrs = [0] * size
-        sendaddr = addrs[rank] if send is None else send.address
-        if run(self, GATHER, lambda: _Stock.Gather(self, sendbuf, recvbuf, root),
-               pool.gather, sendaddr, block, addrs, [block] * size, root, block, "Gather"):
-            pooled(GATHER, block * size, t0)
+            t = now()
+            if not time_all:
+                t0 = t
+            if rank == root:
+                addrs = [recv.address + q * block for q in range(size)]
+            else:
+                addrs = [0] * size
+            sendaddr = addrs[rank] if send is None else send.address
+            zc = run(self, GATHER, code, lambda: _Stock.Gather(self, sendbuf, recvbuf, root),
+                     state.pool.gather, (sendaddr, block, addrs, [block] * size, root, block,
+                                         "Gather"))
+            if zc >= 0:
+                pooled(GATHER, block * size, t0)
+        if state is not None:
+            took(state, GATHER, block * size, code, zc, t)
 
     def Gatherv(self, sendbuf, recvbuf, int root=0):
         """Gather Vector.  Only the root knows every count, so the ranks
@@ -906,39 +1144,46 @@ class CommBase(_Intracomm):
         largest block (or that it cannot take the pool path) and all decide
         from the maximum alike."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send, recv
-        cdef int size = self.Get_size(), rank = self.Get_rank()
-        pool, agreed, recv, counts, displs, send = settle_rooted_v(
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code, zc = 0
+        state, agreed, code, recv, counts, displs, send = settle_rooted_v(
             self, GATHERV, recvbuf, True, sendbuf, root, size, rank)
-        if pool is None:
-            to_mpi(self)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Gatherv(self, sendbuf, recvbuf, root)
             passed(GATHERV, t0)
-            return
-        if not time_all:
-            t0 = now()
-        if rank == root:
-            item = recv.itemsize
-            addrs = [recv.address + d * item for d in displs]
-            sizes = [c * item for c in counts]
-            sendaddr = addrs[rank] if send is None else send.address
-            nbytes = sizes[rank]
         else:
-            addrs = [0] * size
-            sizes = [0] * size
-            sendaddr = send.address
-            nbytes = send.nbytes
-        if run(self, GATHERV, lambda: _Stock.Gatherv(self, sendbuf, recvbuf, root),
-               pool.gather, sendaddr, nbytes, addrs, sizes, root, agreed - 1, "Gatherv"):
-            pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
+            t = now()
+            if not time_all:
+                t0 = t
+            if rank == root:
+                item = recv.itemsize
+                addrs = [recv.address + d * item for d in displs]
+                sizes = [c * item for c in counts]
+                sendaddr = addrs[rank] if send is None else send.address
+                nbytes = sizes[rank]
+            else:
+                addrs = [0] * size
+                sizes = [0] * size
+                sendaddr = send.address
+                nbytes = send.nbytes
+            zc = run(self, GATHERV, code, lambda: _Stock.Gatherv(self, sendbuf, recvbuf, root),
+                     state.pool.gather, (sendaddr, nbytes, addrs, sizes, root, agreed - 1,
+                                         "Gatherv"))
+            if zc >= 0:
+                pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
+        if state is not None:
+            took(state, GATHERV, (agreed - 1) * size, code, zc, t)
 
     def Scatter(self, sendbuf, recvbuf, int root=0):
         """Scatter data from one process to all other processes."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
         cdef Py_ssize_t block = -1
         if not disabled and lo[SCATTER] != NEVER and 0 <= root < size:
             if rank == root:
@@ -955,71 +1200,86 @@ class CommBase(_Intracomm):
                     block = recv.nbytes
         if block >= 0 and not within(SCATTER, block * size):
             block = -1
-        pool = pool_of(self, SCATTER) if block >= 0 else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, SCATTER) if block >= 0 else None
+        if state is not None:
+            code = take(self, state, SCATTER, block * size, root)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Scatter(self, sendbuf, recvbuf, root)
             passed(SCATTER, t0)
-            return
-        if not time_all:
-            t0 = now()
-        zeros = [0] * size
-        if rank == root:
-            send_addrs = [send.address + d * block for d in range(size)]
-            send_sizes = [block] * size
         else:
-            send_addrs, send_sizes = zeros, zeros
-        recv_addrs, recv_sizes = list(zeros), list(zeros)
-        recv_sizes[root] = block
-        recv_addrs[root] = send_addrs[root] if recv is None else recv.address
-        if run(self, SCATTER, lambda: _Stock.Scatter(self, sendbuf, recvbuf, root),
-               pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, block, "Scatter"):
-            pooled(SCATTER, block * size, t0)
+            t = now()
+            if not time_all:
+                t0 = t
+            zeros = [0] * size
+            if rank == root:
+                send_addrs = [send.address + d * block for d in range(size)]
+                send_sizes = [block] * size
+            else:
+                send_addrs, send_sizes = zeros, zeros
+            recv_addrs, recv_sizes = list(zeros), list(zeros)
+            recv_sizes[root] = block
+            recv_addrs[root] = send_addrs[root] if recv is None else recv.address
+            zc = run(self, SCATTER, code, lambda: _Stock.Scatter(self, sendbuf, recvbuf, root),
+                     state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
+                                           block, "Scatter"))
+            if zc >= 0:
+                pooled(SCATTER, block * size, t0)
+        if state is not None:
+            took(state, SCATTER, block * size, code, zc, t)
 
     def Scatterv(self, sendbuf, recvbuf, int root=0):
         """Scatter Vector: the ranks agree on the path and length in a
         header step, as for Gatherv."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send, recv
-        cdef int size = self.Get_size(), rank = self.Get_rank()
-        pool, agreed, send, counts, displs, recv = settle_rooted_v(
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code, zc = 0
+        state, agreed, code, send, counts, displs, recv = settle_rooted_v(
             self, SCATTERV, sendbuf, False, recvbuf, root, size, rank)
-        if pool is None:
-            to_mpi(self)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Scatterv(self, sendbuf, recvbuf, root)
             passed(SCATTERV, t0)
-            return
-        if not time_all:
-            t0 = now()
-        zeros = [0] * size
-        if rank == root:
-            item = send.itemsize
-            send_addrs = [send.address + d * item for d in displs]
-            send_sizes = [c * item for c in counts]
         else:
-            send_addrs, send_sizes = zeros, zeros
-        recv_addrs, recv_sizes = list(zeros), list(zeros)
-        if recv is None:
-            recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
-        else:
-            recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
-        if run(self, SCATTERV, lambda: _Stock.Scatterv(self, sendbuf, recvbuf, root),
-               pool.exchange, send_addrs, send_sizes, recv_addrs, recv_sizes, agreed - 1,
-               "Scatterv"):
-            pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
+            t = now()
+            if not time_all:
+                t0 = t
+            zeros = [0] * size
+            if rank == root:
+                item = send.itemsize
+                send_addrs = [send.address + d * item for d in displs]
+                send_sizes = [c * item for c in counts]
+            else:
+                send_addrs, send_sizes = zeros, zeros
+            recv_addrs, recv_sizes = list(zeros), list(zeros)
+            if recv is None:
+                recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
+            else:
+                recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
+            zc = run(self, SCATTERV, code, lambda: _Stock.Scatterv(self, sendbuf, recvbuf, root),
+                     state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
+                                           agreed - 1, "Scatterv"))
+            if zc >= 0:
+                pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
+        if state is not None:
+            took(state, SCATTERV, (agreed - 1) * size, code, zc, t)
 
     def Alltoall(self, sendbuf, recvbuf):
         """All to All Scatter/Gather: every rank sends block d to rank d."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         if disabled or small(recvbuf, lo[ALLTOALL]):
             to_mpi(self)
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
             return
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size()
+        cdef int size = self.Get_size(), code = 0, zc = 0
         cdef Py_ssize_t block = -1
         recv = parse(recvbuf, True, size)
         if recv is not None:
@@ -1030,21 +1290,30 @@ class CommBase(_Intracomm):
                 send = parse(sendbuf, False, size)
                 if send is None or send.nbytes != block:
                     block = -1
-        pool = pool_of(self, ALLTOALL) if block >= 0 else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, ALLTOALL) if block >= 0 else None
+        if state is not None:
+            code = take(self, state, ALLTOALL, block * size, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
-            return
-        if not time_all:
-            t0 = now()
-        recv_addrs = [recv.address + q * block for q in range(size)]
-        send_addrs = recv_addrs if send is None else \
-            [send.address + d * block for d in range(size)]
-        sizes = [block] * size
-        if run(self, ALLTOALL, lambda: _Stock.Alltoall(self, sendbuf, recvbuf),
-               pool.exchange, send_addrs, sizes, recv_addrs, sizes, block, "Alltoall"):
-            pooled(ALLTOALL, block * size, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            recv_addrs = [recv.address + q * block for q in range(size)]
+            send_addrs = recv_addrs if send is None else \
+                [send.address + d * block for d in range(size)]
+            sizes = [block] * size
+            zc = run(self, ALLTOALL, code, lambda: _Stock.Alltoall(self, sendbuf, recvbuf),
+                     state.pool.exchange, (send_addrs, sizes, recv_addrs, sizes, block,
+                                           "Alltoall"))
+            if zc >= 0:
+                pooled(ALLTOALL, block * size, t0)
+        if state is not None:
+            took(state, ALLTOALL, block * size, code, zc, t)
 
     def Alltoallv(self, sendbuf, recvbuf):
         """All to All Scatter/Gather Vector: no rank knows every count, so
@@ -1052,9 +1321,9 @@ class CommBase(_Intracomm):
         Gatherv.  IN_PLACE passes through (on every rank: it is required
         to match)."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size()
+        cdef int size = self.Get_size(), code, zc = 0
         cdef uint64_t local = 0, pairs = 0
         eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
         rvec = svec = None
@@ -1071,27 +1340,34 @@ class CommBase(_Intracomm):
                 local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
                 pairs = (pairs_sent(self.Get_rank(), [c * send.itemsize for c in scounts])
                          + pairs_received(self.Get_rank(), [c * recv.itemsize for c in rcounts]))
-        pool, agreed = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
-        if pool is None:
-            to_mpi(self)
+        state, agreed, code = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Alltoallv(self, sendbuf, recvbuf)
             passed(ALLTOALLV, t0)
-            return
-        if not time_all:
-            t0 = now()
-        si, ri = send.itemsize, recv.itemsize
-        if run(self, ALLTOALLV, lambda: _Stock.Alltoallv(self, sendbuf, recvbuf),
-               pool.exchange, [send.address + d * si for d in sdispls], [c * si for c in scounts],
-               [recv.address + d * ri for d in rdispls], [c * ri for c in rcounts], agreed - 1,
-               "Alltoallv"):
-            pooled(ALLTOALLV, send.count * si, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            si, ri = send.itemsize, recv.itemsize
+            zc = run(self, ALLTOALLV, code, lambda: _Stock.Alltoallv(self, sendbuf, recvbuf),
+                     state.pool.exchange, ([send.address + d * si for d in sdispls],
+                                           [c * si for c in scounts],
+                                           [recv.address + d * ri for d in rdispls],
+                                           [c * ri for c in rcounts], agreed - 1, "Alltoallv"))
+            if zc >= 0:
+                pooled(ALLTOALLV, send.count * si, t0)
+        if state is not None:
+            took(state, ALLTOALLV, (agreed - 1) * size, code, zc, t)
 
     # ------------------------------------------------- reduce-scatter, scans
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         """Reduce-Scatter Block (every rank gets one equal block)."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         if disabled or small(recvbuf if sendbuf is _IN_PLACE else sendbuf,
                              lo[REDUCE_SCATTER_BLOCK]):
             to_mpi(self)
@@ -1099,7 +1375,7 @@ class CommBase(_Intracomm):
             passed(REDUCE_SCATTER_BLOCK, t0)
             return
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size()
+        cdef int size = self.Get_size(), code = 0, zc = 0
         opc = op_code(op)
         if opc is not None:
             if sendbuf is _IN_PLACE:
@@ -1114,30 +1390,41 @@ class CommBase(_Intracomm):
                     not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
-        pool = pool_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
+        if state is not None:
+            code = take(self, state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
             passed(REDUCE_SCATTER_BLOCK, t0)
-            return
-        if not time_all:
-            t0 = now()
-        block = recv.nbytes
-        base = recv.address if send is None else send.address
-        if run(self, REDUCE_SCATTER_BLOCK,
-               lambda: _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op),
-               pool.reduce_scatter, [base + d * block for d in range(size)], [recv.count] * size,
-               recv.address, recv.itemsize, opc, recv.tcode, send is None, "Reduce_scatter_block"):
-            pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            block = recv.nbytes
+            base = recv.address if send is None else send.address
+            zc = run(self, REDUCE_SCATTER_BLOCK, code,
+                     lambda: _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op),
+                     state.pool.reduce_scatter,
+                     ([base + d * block for d in range(size)], [recv.count] * size,
+                      recv.address, recv.itemsize, opc, recv.tcode, send is None,
+                      "Reduce_scatter_block"))
+            if zc >= 0:
+                pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
+        if state is not None:
+            took(state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, code, zc, t)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
         Without recvcounts, stock mpi4py first gathers them through MPI; such
         calls pass through."""
         ensure_configured()
-        cdef double t0 = start()
+        cdef double t0 = start(), t
         cdef Message send = None, recv = None
-        cdef int size = self.Get_size(), rank = self.Get_rank()
+        cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+        cdef Py_ssize_t total = 0
         opc = None if disabled or recvcounts is None or \
             small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER]) \
             else op_code(op)
@@ -1161,62 +1448,71 @@ class CommBase(_Intracomm):
             if recv is None or not within(REDUCE_SCATTER, total * recv.itemsize) or \
                     recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
                 recv = None
-        pool = pool_of(self, REDUCE_SCATTER) if recv is not None else None
-        if pool is None:
-            to_mpi(self)
+        state = state_of(self, REDUCE_SCATTER) if recv is not None else None
+        if state is not None:
+            code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1)
+        if code <= 0:
+            if code == 0:
+                to_mpi(self)
+            t = clock()
             _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
             passed(REDUCE_SCATTER, t0)
-            return
-        if not time_all:
-            t0 = now()
-        item = recv.itemsize
-        base = recv.address if send is None else send.address
-        addrs = []
-        acc = 0
-        for c in counts:
-            addrs.append(base + acc * item)
-            acc += c
-        if run(self, REDUCE_SCATTER,
-               lambda: _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
-               pool.reduce_scatter, addrs, counts, recv.address, item, opc, recv.tcode,
-               send is None, "Reduce_scatter"):
-            pooled(REDUCE_SCATTER, sum(counts) * item, t0)
+        else:
+            t = now()
+            if not time_all:
+                t0 = t
+            item = recv.itemsize
+            base = recv.address if send is None else send.address
+            addrs = []
+            acc = 0
+            for c in counts:
+                addrs.append(base + acc * item)
+                acc += c
+            zc = run(self, REDUCE_SCATTER, code,
+                     lambda: _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+                     state.pool.reduce_scatter, (addrs, counts, recv.address, item, opc,
+                                                 recv.tcode, send is None, "Reduce_scatter"))
+            if zc >= 0:
+                pooled(REDUCE_SCATTER, total * item, t0)
+        if state is not None:
+            took(state, REDUCE_SCATTER, total * recv.itemsize, code, zc, t)
 
     def Scan(self, sendbuf, recvbuf, op=MPI.SUM):
         """Inclusive Scan: rank r gets x0 op ... op xr."""
-        ensure_configured()
-        cdef double t0 = start()
-        plan = plan_reduce(SCAN, sendbuf, recvbuf, op, True)
-        pool = pool_of(self, SCAN) if plan is not None else None
-        if pool is None:
-            to_mpi(self)
-            _Stock.Scan(self, sendbuf, recvbuf, op)
-            passed(SCAN, t0)
-            return
-        if not time_all:
-            t0 = now()
-        send, recv, opc = plan
-        if run(self, SCAN, lambda: _Stock.Scan(self, sendbuf, recvbuf, op),
-               pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
-               False):
-            pooled(SCAN, send.nbytes, t0)
+        _scan(self, SCAN, sendbuf, recvbuf, op)
 
     def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
         """Exclusive Scan: rank r gets x0 op ... op x(r-1); rank 0's receive
         buffer is left as it was (MPI leaves it undefined)."""
-        ensure_configured()
-        cdef double t0 = start()
-        plan = plan_reduce(EXSCAN, sendbuf, recvbuf, op, True)
-        pool = pool_of(self, EXSCAN) if plan is not None else None
-        if pool is None:
-            to_mpi(self)
-            _Stock.Exscan(self, sendbuf, recvbuf, op)
-            passed(EXSCAN, t0)
-            return
-        if not time_all:
-            t0 = now()
+        _scan(self, EXSCAN, sendbuf, recvbuf, op)
+
+
+def _scan(object self, int which, object sendbuf, object recvbuf, object op):
+    """Scan and Exscan."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send, recv
+    cdef int code = 0, zc = 0
+    stock = _Stock.Exscan if which == EXSCAN else _Stock.Scan
+    plan = plan_reduce(which, sendbuf, recvbuf, op, True)
+    state = state_of(self, which) if plan is not None else None
+    if state is not None:
         send, recv, opc = plan
-        if run(self, EXSCAN, lambda: _Stock.Exscan(self, sendbuf, recvbuf, op),
-               pool.scan, send.address, recv.address, send.count, send.itemsize, opc, send.tcode,
-               True):
-            pooled(EXSCAN, send.nbytes, t0)
+        code = take(self, state, which, send.nbytes, -1)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        stock(self, sendbuf, recvbuf, op)
+        passed(which, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        zc = run(self, which, code, lambda: stock(self, sendbuf, recvbuf, op),
+                 state.pool.scan, (send.address, recv.address, send.count, send.itemsize,
+                                   opc, send.tcode, which == EXSCAN))
+        if zc >= 0:
+            pooled(which, send.nbytes, t0)
+    if state is not None:
+        took(state, which, send.nbytes, code, zc, t)

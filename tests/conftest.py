@@ -1,7 +1,16 @@
 """The driver tests run under plain pytest; tests/mpi/ holds the bodies they
 launch under mpiexec (never collected here) and tests/scripts/ the programs."""
 
+import os
+import tempfile
+
 collect_ignore = ["mpi", "scripts"]
+
+# Adaptive selection remembers what it learns (CXLMPI_CACHE): the suite's
+# jobs keep theirs in a folder of their own, never in the user's cache, so
+# that no run starts from what an earlier one learned.
+os.environ["CXLMPI_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="cxlmpi-test-cache-"),
+                                          "selection.json")
 
 
 def pytest_sessionstart(session) -> None:

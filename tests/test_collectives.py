@@ -26,8 +26,9 @@ def test_collectives_small_pool(nranks: int) -> None:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_default_pool(nranks: int) -> None:
-    """The same bodies with the default settings (messages above 4 KiB
-    through the pool, one chunk up to 256 KiB)."""
+    """The same bodies with the default settings: adaptive selection, whose
+    learning calls alternate stock MPI and the pool's variants (messages
+    above 4 KiB, one chunk up to 256 KiB): every result as stock MPI's."""
     run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                      "tests/mpi", "-k", "not exhaustive"],
             env={"CXLMPI_TIMEOUT": "60", "CXLMPI_OBJECTS": "1"})

@@ -22,6 +22,7 @@ OTHER_VALUES = {
     "CXLMPI_ZEROCOPY_THRESHOLD": "1M",
     "CXLMPI_THRESHOLD": "8K",
     "CXLMPI_TUNING": "pool",
+    "CXLMPI_CACHE": "off",
     "CXLMPI_CHUNK_SIZE": "64K",
     "CXLMPI_RSAG_THRESHOLD": "128K",
     "CXLMPI_TIMEOUT": "30",
@@ -33,8 +34,9 @@ OTHER_VALUES = {
     "CXLMPI_DISABLE": "1",
 }
 
-# Settings that never change which path a call takes nor the pool's layout.
-LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS"}
+# Settings that never change which path a call takes nor the pool's layout
+# (CXLMPI_CACHE: only rank 0 reads the cache, and hands it to the others).
+LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE"}
 
 
 def test_agreed_is_a_required_field() -> None:

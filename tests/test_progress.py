@@ -29,7 +29,8 @@ def test_pool_waits_keep_mpi_progressing(scenario: str, nranks: int) -> None:
     """Rank 0 is in MPI (passive-target RMA, a rendezvous send, waiting on an
     Ibcast, a persistent send) while its peers wait for it in a pool collective: it completes,
     and every value equals stock's (a hang shows as CXLMPI_TIMEOUT)."""
-    proc = run_mpi(nranks, [OVERLAP, scenario], env={"CXLMPI_TIMEOUT": "30"}, timeout=120)
+    proc = run_mpi(nranks, [OVERLAP, scenario],
+                   env={"CXLMPI_TIMEOUT": "30", "CXLMPI_TUNING": "pool"}, timeout=120)
     result = tagged(proc.stdout, "RESULT")
     assert result["ok"], result
 
@@ -39,7 +40,8 @@ def test_pool_waits_keep_mpi_progressing(scenario: str, nranks: int) -> None:
 def test_without_progress_the_overlap_deadlocks() -> None:
     """The control: with the progress calls switched off, the RMA scenario
     never completes (the waiting ranks time out) -- the test above can fail."""
-    job = launch_mpi(2, [OVERLAP, "rma"], env={"CXLMPI_TIMEOUT": "3", "CXLMPI_PROGRESS": "0"},
+    job = launch_mpi(2, [OVERLAP, "rma"], env={"CXLMPI_TIMEOUT": "3", "CXLMPI_PROGRESS": "0",
+                                              "CXLMPI_TUNING": "pool"},
                      timeout=40)
     assert "RESULT" not in job.stdout
     assert job.timed_out or "CXLMPITimeoutError" in job.stdout + job.stderr, job.describe()

@@ -108,7 +108,8 @@ def test_segment_private_and_unlinked_once_mapped() -> None:
     exactly the pool's size, and (where /proc/self/map_files is readable)
     the file is mode 0600 and owned by the job's user."""
     before = our_segments()
-    job = launch_mpi(2, [SEGMENT], env={"CXLMPI_POOL_SIZE": "4M", "CXLMPI_ARENA_SIZE": "2M"},
+    job = launch_mpi(2, [SEGMENT], env={"CXLMPI_POOL_SIZE": "4M", "CXLMPI_ARENA_SIZE": "2M",
+                                        "CXLMPI_TUNING": "pool"},
                      timeout=TIMEOUT)
     assert job.returncode == 0, job.describe()
     everyone = tagged_json(job.stdout, "SEGMENT")

@@ -65,7 +65,7 @@ def tagged_json(stdout: str, tag: str):
 
 def stats_tables(stderr: str) -> dict[int, dict[str, list[float]]]:
     """The tables printed at exit by CXLMPI_STATS=1, by rank:
-    {rank: {collective: [pool, passthru, pool MiB, seconds]}}."""
+    {rank: {collective: [pool, passthru, learning, pool MiB, seconds]}}."""
     tables: dict[int, dict[str, list[float]]] = {}
     current = None
     for line in stderr.splitlines():
@@ -76,7 +76,7 @@ def stats_tables(stderr: str) -> dict[int, dict[str, list[float]]]:
             current = tables[rank] = {}
             continue
         fields = line.split()
-        if current is not None and len(fields) == 5 \
+        if current is not None and len(fields) == 6 \
                 and re.fullmatch(r"[a-z_]+(\(obj\))?", fields[0]) \
                 and fields[0] != "collective":
             current[fields[0]] = [float(f) for f in fields[1:]]
@@ -253,7 +253,7 @@ def test_auto_patch_unpatch() -> None:
     it); unpatch() puts the stock objects back; patch() is idempotent.  The
     Allreduce agrees with stock MPI in every state and goes through the pool
     exactly when patched.  CXLMPI_STATS=1 prints one table per rank."""
-    proc = run_mpi(NRANKS, [PATCHING], env={"CXLMPI_STATS": "1"})
+    proc = run_mpi(NRANKS, [PATCHING], env={"CXLMPI_STATS": "1", **ALL_POOL})
     everyone = tagged_json(proc.stdout, "CHECKS")
     assert len(everyone) == NRANKS
     for rank, checks in enumerate(everyone):
@@ -471,7 +471,9 @@ def test_stats(how: str) -> None:
     expect = tagged_json(proc.stdout, "EXPECT")
     for name, (pool, passthrough, nbytes) in expect.items():
         row = figures[name]
-        assert set(row) == {"pool_calls", "passthrough_calls", "nbytes", "seconds"}, row
+        assert set(row) == {"pool_calls", "passthrough_calls", "nbytes", "seconds",
+                            "learning_calls"}, row
+        assert row["learning_calls"] == 0, row  # the path is pinned: nothing to learn
         assert (row["pool_calls"], row["passthrough_calls"], row["nbytes"]) == \
             (pool, passthrough, nbytes), (name, row)
         assert row["seconds"] > 0, (name, row)
@@ -481,7 +483,7 @@ def test_stats(how: str) -> None:
         assert set(table) >= set(expect), (rank, table)
         for name, (pool, passthrough, nbytes) in expect.items():
             assert table[name][:2] == [pool, passthrough], (rank, name, table[name])
-            assert table[name][2] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
+            assert table[name][3] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
 
 
 @pytest.mark.parametrize("objects", ["1", "0"])

@@ -1,0 +1,258 @@
+"""Adaptive selection (cxlmpi.select) without timing: the ranks' learners are
+driven through the protocol the compiled routes follow (a header step that
+carries the report in flight and hands every rank the slowest rank's time),
+with timings made up per rank, so every property is checked exactly."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from harness import SMALL_POOL_ENV, run_mpi
+from test_reliability import tagged_json
+
+from cxlmpi import config, select
+from cxlmpi.select import MPI_PATH, SLOW, Learner, Selector, code_of, size_class
+
+BCAST = config.COLLECTIVES.index("bcast")
+ALLREDUCE = config.COLLECTIVES.index("allreduce")
+CHUNK = 256 << 10
+
+
+class Routes:
+    """cxlmpi._shim.Routes in Python: the table the hot path reads, the
+    placement each class's last pool call found, the pool's call counter."""
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self.where: dict[tuple[int, int], int] = {}
+        self.counter = 0
+
+    def set(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
+        self.table[(which, sc, pl)] = (code, due)
+
+    def placement(self, which: int, sc: int) -> int:
+        return self.where.get((which, sc), 0)
+
+    def ops(self) -> int:
+        return self.counter
+
+    def fast(self, which: int, nbytes: int) -> int | None:
+        """The hot path's choice, None when it must ask the selector."""
+        sc = size_class(nbytes)
+        code, due = self.table.get((which, sc, self.placement(which, sc)), (SLOW, 0))
+        return code if code >= 0 and self.counter < due else None
+
+
+class Job:
+    """`nranks` ranks, each with its own Selector and Routes, making the same
+    calls; `cost(code, call)` is a path's true time, which each rank sees
+    with its own noise (`jitter`)."""
+
+    def __init__(self, nranks: int, seed: int = 0, jitter: float = 0.0,
+                 prior: dict | None = None) -> None:
+        self.rng = random.Random(seed)
+        self.jitter = jitter
+        self.routes = [Routes() for _ in range(nranks)]
+        self.selectors = [Selector(r, nranks, CHUNK, True, prior) for r in self.routes]
+        self.time = 0.0           # the job's time: the slowest rank's, summed
+        self.learning = 0
+
+    def call(self, which: int, nbytes: int, cost, call: int = 0) -> int:
+        """One collective call on every rank; the path every rank took."""
+        fast = {r.fast(which, nbytes) for r in self.routes}
+        assert len(fast) == 1, f"ranks disagree whether to learn: {fast}"
+        code = fast.pop()
+        learn = False
+        if code is None:   # the header step: every rank takes it, or none
+            reports = {s.report()[0] for s in self.selectors}
+            assert len(reports) == 1, f"ranks carry different reports: {reports}"
+            slowest = max(s.report()[1] for s in self.selectors)
+            for r in self.routes:
+                r.counter += 1
+            picks = set()
+            for s, r in zip(self.selectors, self.routes):
+                s.delivered(slowest)
+                picks.add(s.pick(which, nbytes, r.counter))
+            assert len(picks) == 1, f"ranks picked differently: {picks}"
+            code, learn = picks.pop()
+        for r in self.routes:
+            r.counter += 1
+        true = cost(code, call)
+        seen = [true * (1 + self.jitter * self.rng.random()) for _ in self.routes]
+        self.time += max(seen)
+        if learn:
+            self.learning += 1
+            for s, t in zip(self.selectors, seen):
+                s.learned(which, nbytes, code, False, int(t * 1e9))
+        return code
+
+    def decisions(self) -> list[dict]:
+        return [{k: (v.best, v.runner_up, v.phase) for k, v in s.learners.items()}
+                for s in self.selectors]
+
+
+def fixed(table: dict[str, float]):
+    """A cost function from {path name: seconds}; paths not named: 10 s."""
+    costs = {code_of(name): t for name, t in table.items()}
+    return lambda code, call: costs.get(code, 10.0)
+
+
+def test_every_rank_decides_alike_under_random_timings() -> None:
+    """Four ranks, each timing every call with its own noise (up to +100 %),
+    many classes interleaved: at every call all ranks take the same path
+    (Job.call asserts it), and they end with the same decisions."""
+    rng = random.Random(7)
+    job = Job(4, seed=1, jitter=1.0)
+    sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
+
+    def cost(code: int, call: int) -> float:
+        return 1e-4 * (1 + (code * 37 + call) % 5)
+
+    for call in range(3000):
+        job.call(rng.choice((BCAST, ALLREDUCE)), rng.choice(sizes), cost, call)
+    first, *others = job.decisions()
+    assert all(d == first for d in others)
+    assert all(v[2] >= 1 for v in first.values()), first  # every class settled
+
+
+@pytest.mark.parametrize("table, best", [
+    # the pool's regular stores far behind, streaming stores a little behind MPI
+    ({"mpi": 1.0, "pool+stream+bigchunk": 3.0, "pool+stream": 1.1, "pool": 5.0,
+      "pool+bigchunk": 6.0}, "mpi"),
+    # the pool far ahead of MPI
+    ({"mpi": 5.0, "pool+stream+bigchunk": 1.5, "pool+stream": 1.2, "pool": 1.0,
+      "pool+bigchunk": 2.0}, "pool"),
+    # everything close: noise must not cost more than the budget
+    ({"mpi": 1.0, "pool+stream+bigchunk": 1.02, "pool+stream": 0.98, "pool": 1.01,
+      "pool+bigchunk": 1.03}, "pool+stream"),
+])
+def test_learning_costs_under_ten_percent_of_a_hundred_calls(table, best) -> None:
+    """Over a class's first 100 calls the total time stays within 10 % of
+    what the best path alone takes, and the best path is found."""
+    job = Job(2)
+    for call in range(100):
+        job.call(BCAST, 16 << 20, fixed(table), call)
+    least = min(table.values())
+    assert job.time <= 1.10 * 100 * least, (job.time, job.learning)
+    assert job.selectors[0].decisions()[(BCAST, 24, 0)].best == code_of(best)
+
+
+def test_rechecks_are_a_small_share_and_follow_a_change_of_load() -> None:
+    """Once settled, re-checks take at most a few percent of the calls; when
+    the runner-up becomes the faster path (a change of load), the choice
+    follows it within MAX_INTERVAL calls of the class."""
+    job = Job(2)
+    before = {"mpi": 1.0, "pool+stream": 1.3, "pool": 2.0, "pool+stream+bigchunk": 3.0,
+              "pool+bigchunk": 3.0}
+    for call in range(200):
+        job.call(BCAST, 16 << 20, fixed(before), call)
+    learning = job.learning
+    for call in range(10000):
+        job.call(BCAST, 16 << 20, fixed(before), call)
+    assert job.learning - learning <= 10000 * 2 // select.MIN_INTERVAL
+    after = dict(before, **{"pool+stream": 0.5})
+    paths = [job.call(BCAST, 16 << 20, fixed(after), call)
+             for call in range(2 * select.MAX_INTERVAL)]
+    assert paths[-1] == code_of("pool+stream")
+    assert paths.index(code_of("pool+stream")) < select.MAX_INTERVAL + 2
+
+
+def test_a_call_that_went_to_mpi_before_its_header_teaches_nothing() -> None:
+    """A learning call whose header step failed (a rank sent the call to
+    MPI) leaves every rank's learner where it was: Selector.pick is never
+    reached and no report is made, so the next header carries the same
+    report on every rank."""
+    job = Job(3)
+    cost = fixed({"mpi": 1.0, "pool": 0.5})
+    job.call(ALLREDUCE, 1 << 20, cost)
+    before = job.decisions()
+    reports = [s.report() for s in job.selectors]
+    # (the failed header: nothing delivered, nothing picked, counter moved
+    # on every rank alike by the pass marks)
+    for r in job.routes:
+        r.counter += 1
+    assert job.decisions() == before and [s.report() for s in job.selectors] == reports
+    job.call(ALLREDUCE, 1 << 20, cost)
+
+
+def test_cache_round_trip(tmp_path) -> None:
+    """What a job settled is written per machine and read back as settled
+    learners; another machine's fingerprint, a broken file or an entry
+    naming unknown paths start from nothing."""
+    job = Job(2)
+    cost = fixed({"mpi": 1.0, "pool": 0.5, "pool+stream": 0.7})
+    for call in range(60):
+        job.call(ALLREDUCE, 1 << 20, cost, call)
+    path = str(tmp_path / "cache" / "selection.json")
+    cfg = config.Config({})
+    fp = select.fingerprint(2, "MPICH Version: 9.9\nmore", cfg)
+    assert select.save_cache(path, fp, job.selectors[0].decisions())
+    prior = select.load_cache(path, fp)
+    assert set(prior) == {(ALLREDUCE, 20, 0)}
+    fresh = Job(2, prior=prior)
+    learner = fresh.selectors[0].learners[(ALLREDUCE, 20, 0)]
+    assert learner.best == job.selectors[0].learners[(ALLREDUCE, 20, 0)].best
+    assert learner.phase == 1
+    # a warm start: no exploring before the first re-check
+    assert fresh.call(ALLREDUCE, 1 << 20, cost) == learner.best and fresh.learning == 0
+    assert select.load_cache(path, dict(fp, ranks=4)) == {}
+    with open(path) as f:
+        data = json.load(f)
+    (entry,) = data["machines"].values()
+    entry["decisions"]["allreduce"]["1048576"]["private"]["best"] = "pool+warp"
+    with open(path, "w") as f:
+        json.dump(data, f)
+    assert Job(2, prior=select.load_cache(path, fp)).selectors[0].learners == {}
+    with open(path, "w") as f:
+        f.write("{not json")
+    assert select.load_cache(path, fp) == {}
+    assert select.load_cache(None, fp) == {}
+
+
+def test_candidates_and_names() -> None:
+    """Every candidate list starts with MPI and names distinct paths that
+    round-trip through their names; zero-copy classes weigh MPI against
+    the pool only."""
+    for name in config.COLLECTIVES:
+        for nbytes in (4 << 10, 1 << 20, 64 << 20):
+            for nranks in (2, 3, 16):
+                for zc in (False, True):
+                    cands = select.candidates(name, nbytes, nranks, zc, CHUNK)
+                    assert cands[0] == MPI_PATH and len(set(cands)) == len(cands)
+                    assert all(code_of(select.code_name(c)) == c for c in cands)
+                    if zc:
+                        assert cands == [MPI_PATH, 1]
+    assert Learner([MPI_PATH, 1]).next_try() == MPI_PATH
+
+
+# ------------------------------------------------------------- in a real job
+
+SELECTION = "tests/scripts/selection.py"
+ADAPTIVE_ENV = {**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off"}
+
+
+@pytest.mark.parametrize("nranks, seed", [(2, 1), (3, 2)])
+def test_a_job_decides_alike_on_every_rank(nranks: int, seed: int) -> None:
+    """Six collectives at three sizes, 600 calls in a random order, every
+    rank's timings scrambled by its own factor of 0.1 to 10: every result
+    equals stock MPI's, the ranks end with the same decisions, and both
+    paths were used."""
+    proc = run_mpi(nranks, [SELECTION, str(seed)], env=ADAPTIVE_ENV)
+    result = tagged_json(proc.stdout, "RESULT")
+    assert result["same"] and result["wrong"] == [], result
+    assert result["settled"] > 0 and result["learning"] > 0 and result["pool"] > 0, result
+
+
+def test_a_tuning_file_pins_the_choice(tmp_path) -> None:
+    """A CXLMPI_TUNING file (and `pool`) pins the path: nothing is learned,
+    and the file's windows are obeyed (bcast never through the pool)."""
+    table = tmp_path / "tuning.json"
+    table.write_text(json.dumps({"bcast": None}))
+    for tuning in (str(table), "pool"):
+        proc = run_mpi(2, [SELECTION], env={**ADAPTIVE_ENV, "CXLMPI_TUNING": tuning})
+        result = tagged_json(proc.stdout, "RESULT")
+        assert result["wrong"] == [] and result["learning"] == 0, (tuning, result)
+        assert result["settled"] == 0 and result["pool"] > 0, (tuning, result)
+        assert (result["bcast_pool"] == 0) == (tuning != "pool"), (tuning, result)
