@@ -104,6 +104,14 @@ def info() -> str:
                  "communicator; everything else passes through to MPI):")
     for row in POOL_TABLE:
         lines.append(f"  {row[0]:<56} {row[1]}")
+    if cfg.adaptive:
+        from . import select
+
+        lines.append("adaptive selection (CXLMPI_TUNING=adaptive): each communicator times "
+                     "MPI and the pool's variants per collective and size, and keeps the "
+                     "fastest (a pool spanning several groups: the builtin windows below).")
+        lines += select.describe_cache(select.cache_path(cfg))
+        cfg = config.Config({**os.environ, "CXLMPI_TUNING": "builtin"})
     lines.append(f"windows (bytes, all blocks together; CXLMPI_TUNING={cfg.tuning}):")
     for name, window in cfg.windows().items():
         shown = "MPI always" if window is None else \

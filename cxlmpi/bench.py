@@ -42,7 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import config
+from cxlmpi import config, select
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -393,10 +393,12 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
 
     rounds: dict[str, list[tuple[float, float, float]]] = {"stock": [], "cxlmpi": [],
                                                            "memcpy": []}
-    path_before = cxlmpi.stats()
+    first_before = path_before = cxlmpi.stats()
     mark = 0
     for _ in range(settings.rounds):
         for label, (fn, args) in zip(("stock", "cxlmpi"), calls):
+            if label == "cxlmpi":   # the path: what the last round's calls took
+                path_before = cxlmpi.stats()
             seconds = _time_batch(fn, args, iterations, warmup, stock, stamp, mark)
             mark += iterations
             figures = _over_ranks(stock, seconds)
@@ -409,6 +411,9 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
             if figures is not None:
                 rounds["memcpy"].append(figures)
     path, pool_calls, passed_calls = _pool_path(op.stat_key, path_before)
+    learning = int(cxlmpi.stats().get(op.stat_key, {}).get("learning_calls", 0)
+                   - first_before.get(op.stat_key, {}).get("learning_calls", 0))
+    choice = select.decision(wrapped, op.stat_key, total)
     if op.name == "Bcast_view":  # by reference: no copy through pool or MPI
         path = "view"
     del bufs, calls, copy_src, copy_dst
@@ -434,6 +439,7 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
     record["speedup"] = stock_us / cxl_us if cxl_us else math.nan
     record["cxlmpi_per_memcpy"] = cxl_us / copy_us if copy_us else None
     record.update(path=path, pool_calls=pool_calls, passthrough_calls=passed_calls,
+                  learning_calls=learning, choice=choice,
                   buffers=settings.buffers, data_varying=settings.data_varying)
     record["valid"] = None if problems is None else not problems
     record["validation_errors"] = problems or []
@@ -466,7 +472,8 @@ def _us(value: float | None) -> str:
 def format_table(records: Sequence[dict[str, Any]], validated: bool) -> str:
     """The records as an aligned text table."""
     head = ["op", "size", "stock us", "min/max", "cxlmpi us", "min/max", "speedup",
-            "memcpy us", "cxlmpi/memcpy", "path"] + (["check"] if validated else [])
+            "memcpy us", "cxlmpi/memcpy", "path", "chosen (learning calls)"] + \
+        (["check"] if validated else [])
     rows = [head]
     for r in records:
         ratio = r["cxlmpi_per_memcpy"]
@@ -474,7 +481,9 @@ def format_table(records: Sequence[dict[str, Any]], validated: bool) -> str:
                _us(r["stock_avg_us"]), f"{_us(r['stock_min_us'])}/{_us(r['stock_max_us'])}",
                _us(r["cxlmpi_avg_us"]), f"{_us(r['cxlmpi_min_us'])}/{_us(r['cxlmpi_max_us'])}",
                f"{r['speedup']:.2f}x", _us(r["memcpy_avg_us"]),
-               "-" if ratio is None else f"{ratio:.2f}x", r["path"]]
+               "-" if ratio is None else f"{ratio:.2f}x", r["path"],
+               "-" if r.get("choice") is None else
+               f"{r['choice']} ({r.get('learning_calls', 0)})"]
         if validated:
             row.append("ok" if r["valid"] else "FAIL")
         rows.append(row)
@@ -491,7 +500,8 @@ CSV_FIELDS = ("op", "size", "requested_size", "total_bytes", "dtype", "count", "
               "stock_avg_us", "stock_min_us", "stock_max_us",
               "cxlmpi_avg_us", "cxlmpi_min_us", "cxlmpi_max_us", "speedup",
               "memcpy_avg_us", "memcpy_min_us", "memcpy_max_us", "cxlmpi_per_memcpy",
-              "path", "pool_calls", "passthrough_calls", "buffers", "data_varying", "valid")
+              "path", "pool_calls", "passthrough_calls", "learning_calls", "choice", "buffers",
+              "data_varying", "valid")
 
 
 def write_csv(path: str, records: Sequence[dict[str, Any]]) -> None:

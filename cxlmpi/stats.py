@@ -18,10 +18,12 @@ def stats() -> dict[str, dict[str, float]]:
     ``"bcast(obj)"``, ``"allreduce(obj)"``, ...
 
     Each entry: ``pool_calls``, ``passthrough_calls``, ``nbytes`` (bytes moved
-    through the pool; for objects, the frames of all ranks together) and
+    through the pool; for objects, the frames of all ranks together),
     ``seconds`` (time in pool calls; with CXLMPI_STATS=1 in passed-through
     calls too -- timing those costs two clock reads per small call, so it is
-    left off otherwise).  The entry ``"coherence"`` counts
+    left off otherwise) and ``learning_calls`` (calls, of either path, that
+    adaptive selection timed to learn which path is fastest: exploring a
+    new size or re-checking a decision; see cxlmpi.select).  The entry ``"coherence"`` counts
     ``flushed_lines``: cache lines flushed or invalidated for software
     coherence (CXLMPI_COHERENCE=sw; 0 in hw mode)."""
     from ._pool import flushed_lines
@@ -32,7 +34,8 @@ def stats() -> dict[str, dict[str, float]]:
     rows.update((name + OBJECT_SUFFIX, row) for name, row in figures().items())
     out: dict[str, dict[str, float]] = {
         name: {"pool_calls": row[0], "passthrough_calls": row[1],
-               "nbytes": row[2], "seconds": row[3]}
+               "nbytes": row[2], "seconds": row[3],
+               "learning_calls": row[4] if len(row) > 4 else 0}
         for name, row in sorted(rows.items())
     }
     out["coherence"] = {"flushed_lines": int(flushed_lines())}
@@ -56,13 +59,13 @@ def format_table(figures: dict[str, dict[str, float]] | None = None,
     if title:
         lines.append(title)
     width = max(len("allreduce" + OBJECT_SUFFIX), *(len(name) for name in figures))
-    lines.append(f"{'collective':<{width}} {'pool':>8} {'passthru':>9} "
+    lines.append(f"{'collective':<{width}} {'pool':>8} {'passthru':>9} {'learning':>9} "
                  f"{'pool MiB':>10} {'seconds':>10}")
     for name, row in figures.items():
         if "pool_calls" not in row or not (row["pool_calls"] or row["passthrough_calls"]):
             continue
         lines.append(f"{name:<{width}} {row['pool_calls']:>8} "
-                     f"{row['passthrough_calls']:>9} "
+                     f"{row['passthrough_calls']:>9} {row.get('learning_calls', 0):>9} "
                      f"{row['nbytes'] / 2**20:>10.1f} {row['seconds']:>10.4f}")
     return "\n".join(lines)
 

@@ -1,10 +1,23 @@
-"""Measure where the pool beats stock MPI on this machine; write a CXLMPI_TUNING file.
+"""Measure where the pool beats stock MPI on this machine: fill adaptive
+selection's cache, or write a CXLMPI_TUNING file that pins the paths.
 
-    mpiexec -bind-to core -n 2 python -m cxlmpi.tune [--output FILE] [--report FILE.json]
+    mpiexec -bind-to core -n 2 python -m cxlmpi.tune [--ops ... | all] [--min-size 4K]
+        [--max-size 64M] [--quiet]
+    mpiexec -bind-to core -n 2 python -m cxlmpi.tune --output FILE [--report FILE.json]
         [--ops Bcast,Allgather,Gather,Scatter,Alltoall | all]
         [--min-size 4K] [--max-size 64M] [--rounds 5] [--iterations N] [--warmup N]
         [--margin 0.03] [--quiet]
 
+Without --output: the cache.  Adaptive selection (CXLMPI_TUNING=adaptive,
+the default) learns each collective x size x buffer placement online, on
+its first calls; this runs every collective of --ops (default: all) at
+every size, with private and with pool-resident buffers, until each class
+has settled -- trying each candidate path FILL_ROUNDS times instead of the
+online 3 -- and writes what it learned to CXLMPI_CACHE, where every later
+job on this machine (same CPU, cores, ranks, MPI library, cxlmpi version)
+starts from it.
+
+With --output: the windows file.
 The pool path is forced for every size (``CXLMPI_TUNING=pool``, set before
 cxlmpi's configuration is read), and each collective is measured stock vs
 cxlmpi with ``cxlmpi.bench.measure`` at sizes doubling from --min-size to
@@ -64,7 +77,7 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import bench, config
+from cxlmpi import bench, config, select
 from cxlmpi.errors import CXLMPIConfigError
 
 __all__ = [
@@ -351,13 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap = bench.RankZeroParser(prog="python -m cxlmpi.tune",
                  description=__doc__.split("\n\n")[0] if __doc__ else None,
                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    ap.add_argument("--output", default=DEFAULT_OUTPUT, metavar="FILE",
-                    help="the CXLMPI_TUNING file to write (default: %(default)s)")
+    ap.add_argument("--output", metavar="FILE",
+                    help="write a CXLMPI_TUNING file that pins the paths (e.g. "
+                         f"{DEFAULT_OUTPUT}); without it, fill CXLMPI_CACHE for "
+                         "adaptive selection")
     ap.add_argument("--report", metavar="FILE.json",
                     help="write the measurements and windows as JSON")
-    ap.add_argument("--ops", default=",".join(TUNABLE),
+    ap.add_argument("--ops", default=None,
                     help="comma-separated collectives, or 'all' (adds the reductions "
-                         f"{', '.join(REDUCTIONS)}) (default: %(default)s)")
+                         f"{', '.join(REDUCTIONS)}) (default: {','.join(TUNABLE)} with "
+                         "--output, all for the cache)")
     ap.add_argument("--min-size", default=DEFAULT_MIN_SIZE,
                     help="smallest size; a window that starts here is written as "
                          "from CXLMPI_THRESHOLD (default: %(default)s)")
@@ -379,7 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _op_list(text: str) -> list[bench.Collective]:
+def _op_list(text: str | None, cache: bool = False) -> list[bench.Collective]:
+    if text is None:
+        text = "all" if cache else ",".join(TUNABLE)
     known = TUNABLE + REDUCTIONS
     if text.strip().lower() == "all":
         return [bench.COLLECTIVES[name] for name in known]
@@ -400,7 +418,7 @@ def _say(text: str) -> None:
 
 def _check(args: argparse.Namespace) -> tuple[list[bench.Collective], list[int]]:
     try:
-        ops = _op_list(args.ops)
+        ops = _op_list(args.ops, cache=args.output is None)
         sizes = bench.size_list(None, args.min_size, args.max_size)
         bench.check_counts(args)
     except ValueError as exc:
@@ -454,11 +472,80 @@ def measure_all(ops: Sequence[bench.Collective], sizes: Sequence[int],
     return results
 
 
+# Tries of each candidate path when filling the cache (online: select.ROUNDS),
+# and the most calls a class may take to settle.
+FILL_ROUNDS = 5
+FILL_CALLS = 200
+
+
+def fill_cache(ops: Sequence[bench.Collective], sizes: Sequence[int],
+               args: argparse.Namespace) -> int:
+    """Run every op at every size, private and pool buffers, until adaptive
+    selection settles each class; write the cache.  The exit status."""
+    os.environ["CXLMPI_TUNING"] = "adaptive"
+    try:
+        cfg = config.reload()
+    except CXLMPIConfigError as exc:
+        raise TuneError(str(exc)) from None
+    if cfg.disable:
+        raise TuneError("CXLMPI_DISABLE=1 passes every call to MPI: nothing to tune")
+    path = select.cache_path(cfg)
+    if path is None:
+        raise TuneError("CXLMPI_CACHE=off: there is no cache to fill")
+    # deliberate: every candidate tried FILL_ROUNDS times, none dropped early
+    select.ROUNDS = FILL_ROUNDS
+    select.EXPLORE_BUDGET = math.inf
+    select.DROP_AFTER_ONE = math.inf
+    world = MPI.COMM_WORLD
+    nranks = world.Get_size()
+    # pool buffers first: a class whose private calls settle on MPI would never
+    # find out that pool-resident buffers run zero-copy (its placement stays)
+    cases = [(kind, op, s) for kind in ("pool", "private") for op in ops for s in sizes]
+    progress = bench.Progress(len(cases), enabled=world.Get_rank() == 0 and not args.quiet)
+    rows = []
+    wrapped = None
+    for kind, op, requested in cases:
+        if wrapped is None or kind != rows[-1][2]:
+            # a communicator per placement: each starts from nothing learned
+            if wrapped is not None:
+                wrapped.Free()   # writes what it learned into the cache (rank 0)
+            wrapped = cxlmpi.wrap(MPI.Intracomm(world).Dup())
+            stock = MPI.Intracomm(wrapped)
+        size = op.message_size(requested, nranks)
+        nsend, nrecv = op.counts(size // op.itemsize, nranks)
+        total = max(nsend, nrecv) * op.itemsize
+        progress.step(f"{op.name} {bench.format_size(size)} {kind}")
+        bufs = bench.make_buffers(op, size // op.itemsize, kind, wrapped)
+        fn, fargs = op.bind(wrapped, bufs)
+        warm, wargs = op.bind(stock, bufs)
+        for _ in range(2):   # first touches of the buffers: not what is learned
+            warm(*wargs)
+        calls = 0
+        # every rank reads the same (agreed) decision: the loops end alike
+        while calls < FILL_CALLS and (calls < 2 or select.decision(
+                wrapped, op.stat_key, total) is None):
+            fn(*fargs)
+            calls += 1
+        rows.append((op.name, bench.format_size(size), kind,
+                     select.decision(wrapped, op.stat_key, total) or "-", str(calls)))
+        del bufs, fn, fargs, warm, wargs
+    progress.close()
+    if wrapped is not None:
+        wrapped.Free()
+    if world.Get_rank() == 0:
+        print(_align([["collective", "size", "buffers", "chosen", "calls"]] + rows, left=3))
+        print(f"# cache: {path} (CXLMPI_CACHE); python -m cxlmpi --info lists it",
+              flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Tune what `args` asks; the exit status (0, or 1 when writing failed)."""
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     ops, sizes = _check(args)
+    if args.output is None:
+        return int(world.bcast(fill_cache(ops, sizes, args), root=0))
     # Force the pool path at every size >= CXLMPI_THRESHOLD before cxlmpi's
     # settings are (re)read: the measurements must compare both paths.
     os.environ["CXLMPI_TUNING"] = "pool"
