@@ -64,8 +64,9 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import bench, config
+from cxlmpi import config
 from cxlmpi.errors import CXLMPIConfigError
+from cxlmpi.tools import bench
 
 __all__ = [
     "TUNABLE",
