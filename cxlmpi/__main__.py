@@ -188,20 +188,21 @@ def _backend_line(pool: str) -> str:
             f"{len(dev.entries())} partition(s) in use (--pool-status)")
 
 
-def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
-    """(kind, target, args) from the command line; applies the options."""
+def _parse(argv: list[str]) -> tuple[str, list[str]]:
+    """(command, args) from the command line: "info", "status", "reset"
+    (args ["all"] or []) or "run" (args: the program's command line,
+    ``[pyfile | -m mod | -c cmd | -] [arg] ...``); applies the options."""
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg in ("-h", "--help"):
             _usage()
         elif arg == "--info":
-            return "info", None, []
+            return "info", []
         elif arg == "--pool-status":
-            return "status", None, []
+            return "status", []
         elif arg == "--pool-reset":
-            everything = argv[i + 1:i + 2] == ["all"]
-            return "reset", "all" if everything else None, []
+            return "reset", ["all"] if argv[i + 1:i + 2] == ["all"] else []
         elif arg == "--stats":
             os.environ["CXLMPI_STATS"] = "1"
         elif arg == "--no-pool":
@@ -219,86 +220,19 @@ def _parse(argv: list[str]) -> tuple[str, str | None, list[str]]:
         elif arg in ("-m", "-c"):
             if i + 1 == len(argv):
                 _usage(f"option {arg} needs an argument")
-            return arg, argv[i + 1], argv[i + 2:]
-        elif arg == "-":
-            return "-", None, argv[i + 1:]
-        elif arg.startswith("-"):
-            _usage(f"unknown option {arg}")
+            return "run", argv[i:]
+        elif arg == "-" or not arg.startswith("-"):
+            return "run", argv[i:]
         else:
-            return "file", arg, argv[i + 1:]
+            _usage(f"unknown option {arg}")
         i += 1
     _usage("no program given")
     raise AssertionError  # unreachable
 
 
-def _drain_output(timeout_s: float = 2.0) -> None:
-    """Wait (briefly) until the launcher has read what this rank wrote to
-    stdout and stderr: MPI_Abort may otherwise end the job before the
-    traceback is forwarded."""
-    import fcntl
-    import struct
-    import termios
-    import time
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    deadline = time.monotonic() + timeout_s
-    for fd in (1, 2):
-        while time.monotonic() < deadline:
-            try:
-                raw = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-            except OSError:
-                break  # not a pipe or socket: nothing to wait for
-            if struct.unpack("i", raw)[0] == 0:
-                break
-            time.sleep(0.005)
-
-
-def _abort(code: int, exc: BaseException | None = None) -> None:
-    """Print the traceback (if any) and abort every rank of the job."""
-    if exc is not None:
-        import traceback
-
-        traceback.print_exception(type(exc), exc, exc.__traceback__)
-    _drain_output()
-    try:
-        from mpi4py import MPI
-
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            MPI.COMM_WORLD.Abort(code)
-    finally:
-        os._exit(code)
-
-
-def _exit_code(exc: SystemExit) -> int:
-    """The status `sys.exit(x)` asks for, as Python computes it."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    sys.stderr.write(f"{exc.code}\n")
-    return 1
-
-
-def _run_source(source: str, filename: str) -> None:
-    """Run code as the __main__ module (so its classes pickle by name)."""
-    import types
-
-    module = types.ModuleType("__main__")
-    module.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = module
-    exec(compile(source, filename, "exec"), module.__dict__)
-
-
 def main(argv: list[str] | None = None) -> None:
     """The command line entry point."""
-    import runpy
-
-    argv = sys.argv[1:] if argv is None else argv
-    kind, target, args = _parse(argv)
+    command, args = _parse(sys.argv[1:] if argv is None else argv)
     from . import config
     from .errors import CXLMPIConfigError
 
@@ -307,38 +241,14 @@ def main(argv: list[str] | None = None) -> None:
     except CXLMPIConfigError as exc:
         sys.stderr.write(f"python -m cxlmpi: {exc}\n")
         sys.exit(2)
-    if kind == "info":
+    if command == "info":
         print(info())
-        return
-    if kind in ("status", "reset"):
-        sys.exit(pool_admin(kind, target == "all"))
+    elif command in ("status", "reset"):
+        sys.exit(pool_admin(command, args == ["all"]))
+    else:
+        from .runner import run
 
-    from .entry import patch  # installs the stats hook too
-
-    patch()
-    try:
-        if kind == "file":
-            sys.argv = [target, *args]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
-        elif kind == "-m":
-            sys.argv = [target, *args]
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        elif kind == "-c":
-            sys.argv = ["-c", *args]
-            sys.path.insert(0, "")
-            _run_source(target, "<string>")
-        else:
-            sys.argv = ["-", *args]
-            sys.path.insert(0, "")
-            _run_source(sys.stdin.read(), "<stdin>")
-    except SystemExit as exc:
-        code = _exit_code(exc)
-        if code != 0:
-            _abort(code)
-        raise
-    except BaseException as exc:  # noqa: BLE001 - any error aborts the job
-        _abort(1, exc)
+        run(args)
 
 
 if __name__ == "__main__":
