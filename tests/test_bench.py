@@ -96,7 +96,7 @@ def test_every_collective_three_ranks(tmp_path: Path) -> None:
 CORRUPT = """
 import dataclasses, sys
 import cxlmpi
-from cxlmpi import bench
+from cxlmpi.tools import bench
 
 real_bind = bench.COLLECTIVES["Allreduce"].bind
 
@@ -175,7 +175,7 @@ def test_plot_panels_sizes_paths_and_spread() -> None:
     at exactly those; cxlmpi's points marked by path (pool and passed to MPI
     differ); error bars span the rounds' min to max."""
     pytest.importorskip("matplotlib")
-    from cxlmpi.bench import PATH_MARKERS, plot_figure
+    from cxlmpi.tools.bench import PATH_MARKERS, plot_figure
 
     records = [
         _record("Allreduce", 8, "mpi", [10, 11, 30], [10.5, 11, 12]),

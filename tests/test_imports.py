@@ -1,30 +1,76 @@
 """cxlmpi's modules import one another one way: no cycles (a module that
 imports a package-level name depends on the package __init__, which imports
-the public modules).  Read from the sources, nothing is imported."""
+the public modules), and the tools in cxlmpi/tools/ are never imported by the
+library.  Read from the sources, nothing is imported."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from harness import ROOT
 
 PACKAGE = ROOT / "cxlmpi"
-MODULES = {p.stem for p in PACKAGE.glob("*.py")} | {"_shim", "_pool", "_alloc"}
-SOURCES = [*PACKAGE.glob("*.py"), ROOT / "pyx" / "_shim.pyx", ROOT / "pyx" / "_alloc.pyx",
+COMPILED = {"_shim", "_pool", "_alloc"}
+PY_SOURCES = sorted(PACKAGE.rglob("*.py"))
+SOURCES = [*PY_SOURCES, ROOT / "pyx" / "_shim.pyx", ROOT / "pyx" / "_alloc.pyx",
            ROOT / "pyx" / "_pool.pyx", *(ROOT / "pyx" / "pool").glob("*.pxi")]
+# The commands that keep their old names (python -m cxlmpi.bench, -m
+# cxlmpi.tune): the only modules outside cxlmpi/tools that may import it.
+TOOL_ENTRIES = {"bench", "tune"}
+
+_FROM = re.compile(r"^\s*from (\.*)([\w.]*) c?import (?:\(([^)]*)\)|([\w ,]+))", re.M)
+
+
+def _name(path: Path) -> str:
+    """A source's module, relative to cxlmpi: "config", "tools.bench"; a
+    package is its folder ("tools"), cxlmpi's own __init__ is "__init__"."""
+    if path.suffix in (".pyx", ".pxi"):
+        return "_pool" if path.suffix == ".pxi" else path.stem
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
+MODULES = {_name(p) for p in PY_SOURCES} | COMPILED
+PACKAGES = {_name(p) for p in PY_SOURCES if p.name == "__init__.py"}
+
+
+def _package_of(module: str, path: Path) -> list[str]:
+    """The package a module's relative imports start from, as parts."""
+    if module == "__init__":
+        return []
+    parts = module.split(".")
+    return parts if path.name == "__init__.py" else parts[:-1]
 
 
 def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in SOURCES:
-        module = "_pool" if path.suffix == ".pxi" else path.stem
+        module = _name(path)
         text = path.read_text()
         deps = graph.setdefault(module, set())
-        deps.update(re.findall(r"^\s*from (?:\.|cxlmpi\.)(\w+) (?:c?import)", text, re.M))
-        for names in re.findall(r"^\s*from (?:\.|cxlmpi) import ([\w ,]+)", text, re.M):
-            for name in (n.split(" as ")[0].strip() for n in names.split(",")):
-                deps.add(name if name in MODULES else "__init__")
-        if re.search(r"^\s*import cxlmpi\s*$", text, re.M):
+        for dots, source, grouped, names in _FROM.findall(text):
+            if dots:
+                base = _package_of(module, path)
+                base = base[:len(base) - (len(dots) - 1)]
+                target = [*base, *filter(None, source.split("."))]
+            elif source == "cxlmpi" or source.startswith("cxlmpi."):
+                target = source.split(".")[1:]
+            else:
+                continue  # not cxlmpi's
+            target_name = ".".join(target) or "__init__"
+            if target_name not in PACKAGES:
+                deps.add(target_name)
+                continue
+            prefix = "".join(f"{part}." for part in target)
+            for name in (grouped or names).split(","):
+                name = name.split(" as ")[0].strip()
+                if name:
+                    deps.add(prefix + name if prefix + name in MODULES else target_name)
+        for imported in re.findall(r"^\s*import (cxlmpi[\w.]*)\s*$", text, re.M):
+            deps.add(".".join(imported.split(".")[1:]) or "__init__")
             deps.add("__init__")
         deps.discard(module)
     return graph
@@ -58,4 +104,15 @@ def test_no_import_cycles() -> None:
 
 def test_the_check_sees_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert "comm" in _graph()["objects"] or "state" in _graph()["objects"]
+    graph = _graph()
+    assert "comm" in graph["objects"] or "state" in graph["objects"]
+    assert "tools.bench" in graph["tools.tune"] and "config" in graph["tools.bench"]
+    assert graph["bench"] == {"tools.bench"}
+
+
+def test_the_library_does_not_import_the_tools() -> None:
+    """cxlmpi/tools/ (bench, tune) imports the library, never the reverse:
+    a program that imports cxlmpi never loads a measuring tool."""
+    importers = {module for module, deps in _graph().items()
+                 if any(dep == "tools" or dep.startswith("tools.") for dep in deps)}
+    assert importers - TOOL_ENTRIES == {m for m in importers if m.startswith("tools.")}

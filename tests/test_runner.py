@@ -215,6 +215,32 @@ def test_exit_status_of_sys_exit_is_kept() -> None:
     assert job.returncode == 3, job.describe()
 
 
+# Rank 1 fails while a worker thread of its (not a daemon) waits for work.
+LIVE_THREAD = """\
+import threading
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+if comm.Get_rank() == 1:
+    threading.Thread(target=threading.Event().wait).start()
+    raise RuntimeError("deliberate failure in rank 1")
+comm.Barrier()
+print("SURVIVED")
+"""
+
+
+def test_failure_with_a_live_thread_aborts_job() -> None:
+    """A rank that raises while a thread of its still runs aborts the job at
+    once, traceback shown.  Python joins such threads before it exits, so an
+    abort left to the exit (mpi4py.run's set_abort_status) never came, and
+    the other rank waited in the Barrier until the launcher was killed."""
+    job = launch_mpi(NRANKS, ["-m", "cxlmpi", "-c", LIVE_THREAD], env=NO_POOL_TIMEOUT,
+                     timeout=FAIL_TIMEOUT)
+    assert not job.timed_out, job.describe()
+    assert job.returncode == 1 and job.seconds < PROMPT, job.describe()
+    assert "SURVIVED" not in job.stdout, job.describe()
+    assert "RuntimeError: deliberate failure in rank 1" in job.stderr, job.describe()
+
+
 @pytest.mark.parametrize("then", ["allreduce", "barrier"])
 def test_killed_rank_stops_job_and_leaves_no_segment(then: str, tmp_path) -> None:
     """Rank 1 is SIGKILLed right after the pool exists while rank 0 waits in

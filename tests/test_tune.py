@@ -11,7 +11,7 @@ import pytest
 from harness import SMALL_POOL_ENV, run_mpi
 
 from cxlmpi import config
-from cxlmpi.tune import DERIVED, build_table, choose_window
+from cxlmpi.tools.tune import DERIVED, build_table, choose_window
 
 K = 1 << 10
 SIZES = [4 * K << i for i in range(8)]  # 4 KiB .. 512 KiB

@@ -1,0 +1,87 @@
+"""``python -m cxlmpi --info``: version, MPI library, the pool, CPU features,
+every CXLMPI_* variable and which collectives take the pool."""
+
+from __future__ import annotations
+
+import os
+
+from mpi4py import MPI
+
+from . import admin, config
+from ._pool import cpu_features
+
+__all__ = ["report", "POOL_TABLE"]
+
+# Which calls the pool takes, and when (the same table as in the README).
+POOL_TABLE = (
+    ("Reduce, Allreduce, Scan, Exscan", "message >= CXLMPI_THRESHOLD, predefined op"),
+    ("Reduce_scatter_block, Reduce_scatter", "total >= CXLMPI_THRESHOLD, predefined op, "
+     "recvcounts given"),
+    ("Bcast, Allgather(v), Alltoall(v), Gather(v), Scatter(v)",
+     "sizes in the CXLMPI_TUNING window (below)"),
+    ("Gatherv, Scatterv, Alltoallv", "path and length agreed in a header step"),
+    ("Barrier", "once the communicator has a pool"),
+)
+
+
+def report() -> str:
+    """The --info text: version, MPI library, pool settings, CPU features,
+    every variable (its value, default, and whether all ranks must share
+    it), unknown CXLMPI_* variables, and the pool's windows."""
+    from . import __version__
+
+    cfg = config.get()
+    # MPICH pads its fields ("MPICH Version:      5.0.2"): one space each.
+    lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
+    feats = ", ".join(k for k, v in cpu_features().items() if v) or "none"
+    lines = [
+        f"cxlmpi {__version__}",
+        f"mpi4py {__import__('mpi4py').__version__}; MPI library: {lib}",
+        f"backend: {cfg.pool}   pool size: {cfg.pool_size} B   pool groups: "
+        f"{cfg.pool_groups}   threshold: {cfg.threshold} B   coherence: {cfg.coherence}",
+        f"pool memory: {admin.describe(cfg.pool)}",
+        f"CPU features: {feats}",
+        "",
+    ]
+    rows = [("variable", "value", "default", "ranks",
+             "meaning (ranks: same = every rank must have the same value)")]
+    for var in config.VARIABLES:
+        value = os.environ.get(var.name)
+        rows.append((var.name, "(unset)" if value is None else value, var.default,
+                     "same" if var.agreed else "any", var.doc))
+    lines += _columns(rows)
+    strays = config.unknown()
+    if strays:
+        lines.append("")
+        lines.append("unknown CXLMPI_* variables (ignored):")
+        for name, suggestion in strays:
+            lines.append(f"  {name}={os.environ[name]}: "
+                         f"{config.describe_unknown(name, suggestion)}")
+    lines.append("")
+    lines.append("")
+    lines.append("through the pool (contiguous predefined-type buffers, one-node "
+                 "communicator; everything else passes through to MPI):")
+    for row in POOL_TABLE:
+        lines.append(f"  {row[0]:<56} {row[1]}")
+    if cfg.adaptive:
+        from . import select
+
+        lines.append("adaptive selection (CXLMPI_TUNING=adaptive): each communicator times "
+                     "MPI and the pool's variants per collective and size, and keeps the "
+                     "fastest (a pool spanning several groups: the builtin windows below).")
+        lines += select.describe_cache(select.cache_path(cfg))
+        cfg = config.Config({**os.environ, "CXLMPI_TUNING": "builtin"})
+    lines.append(f"windows (bytes, all blocks together; CXLMPI_TUNING={cfg.tuning}):")
+    for name, window in cfg.windows().items():
+        shown = "MPI always" if window is None else \
+            f"[{window[0]}, {'inf' if window[1] is None else window[1]})"
+        lines.append(f"  {name:<22} {shown}")
+    return "\n".join(lines)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as lines whose columns line up (each as wide as its widest
+    cell; the last column is left as it is)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [" ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + " " + row[-1]
+            for row in rows]

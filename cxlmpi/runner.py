@@ -1,0 +1,98 @@
+"""Run a program as ``python -m mpi4py`` does, with cxlmpi patched in.
+
+``run(["app.py", *args])`` (or ``["-m", mod, ...]``, ``["-c", cmd, ...]``,
+``["-", ...]``) wraps MPI.COMM_WORLD and MPI.COMM_SELF, then hands the
+command line to ``mpi4py.run.run_command_line``, which sets sys.argv,
+sys.path and ``__main__`` as Python itself does.  An uncaught exception or
+a non-zero ``sys.exit`` in any rank prints its traceback and aborts the
+whole job at once instead of leaving the other ranks waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+__all__ = ["run"]
+
+
+def run(args: list[str]) -> None:
+    """Run the program of `args` (``[pyfile | -m mod | -c cmd | -] [arg] ...``)
+    with COMM_WORLD and COMM_SELF wrapped; returns when it ends normally."""
+    from mpi4py.run import run_command_line
+
+    from .entry import patch  # installs the stats hook too
+
+    patch()
+    # Running the program is mpi4py.run's; aborting stays ours.  mpi4py.run
+    # (main) calls set_abort_status here, which only records the status:
+    # mpi4py calls MPI_Abort when the interpreter finalizes, after Python
+    # has joined the program's non-daemon threads - so a rank that fails
+    # while a worker thread of its waits for work never aborts, and the
+    # job hangs (test_failure_with_a_live_thread_aborts_job).  Ours prints
+    # the traceback, waits for the launcher to read it, and aborts now.
+    try:
+        run_command_line(args)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+        if code != 0:
+            _abort(code)
+        raise
+    except KeyboardInterrupt as exc:
+        _abort(128 + signal.SIGINT, exc)  # the shell's status, as mpi4py.run gives
+    except BaseException as exc:  # noqa: BLE001 - any error aborts the job
+        _abort(1, exc)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status `sys.exit(x)` asks for, as Python computes it (a
+    non-integer is printed, status 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    sys.stderr.write(f"{exc.code}\n")
+    return 1
+
+
+def _abort(code: int, exc: BaseException | None = None) -> None:
+    """Print the traceback (if any) and abort every rank of the job."""
+    if exc is not None:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    _drain_output()
+    try:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.COMM_WORLD.Abort(code)
+    finally:
+        os._exit(code)
+
+
+def _drain_output(timeout_s: float = 2.0) -> None:
+    """Wait (briefly) until the launcher has read what this rank wrote to
+    stdout and stderr: MPI_Abort may otherwise end the job before the
+    traceback is forwarded."""
+    import fcntl
+    import struct
+    import termios
+    import time
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    for fd in (1, 2):
+        while time.monotonic() < deadline:
+            try:
+                raw = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            except OSError:
+                break  # not a pipe or socket: nothing to wait for
+            if struct.unpack("i", raw)[0] == 0:
+                break
+            time.sleep(0.005)
