@@ -24,6 +24,8 @@ cdef inline void publish(state_t *st) noexcept nogil:
 
 cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     """At this call's first step: has peer `line` sent this call to MPI?
+    (1: yes, follow it; 0: no; 2: its step is of an earlier call, which this
+    rank sent to MPI: not arrived yet; -1: the calls are out of step.)
     Calls are numbered alike on every rank (pool calls and passed ones).
     A peer that has not published this step yet (`ahead` false) passed it
     when its last passed call is this one or later and it still has not
@@ -46,9 +48,17 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
         if st.sw:
             cxl_flush(line, CTRL_NBYTES // 2, 1)
         ahead = cxl_load_acquire(&line.seq) >= st.step
+    cdef uint64_t theirs
     if ahead:
-        if (line.sig[0][st.step & 1] >> 32) & 0xFFFF == st.ops & 0xFFFF:
+        theirs = (line.sig[0][st.step & 1] >> 32) & 0xFFFF
+        if theirs == st.ops & 0xFFFF:
             return 0
+        if ((st.ops - theirs) & 0xFFFF) < 0x8000 and \
+                (ctrl(st, st.rank).passed & 0xFFFF) == theirs:
+            # An earlier call of the peer's, which this rank sent to MPI:
+            # the peer is about to see that, take its step back and
+            # follow; keep waiting for its step of this call.
+            return 2
         if line.passed < st.ops:
             return -1   # a later call that did not pass this one: out of step
     cdef cxl_ctrl *mine = ctrl(st, st.rank)
@@ -141,19 +151,24 @@ cdef int wait_all(state_t *st) noexcept nogil:
         while True:
             if st.sw:
                 cxl_flush(line, 8, 1)
+            rc = 0
             if cxl_load_acquire(&line.seq) >= st.step:
-                # a step from a later call: q passed this one, then went on
+                # (a step from another call: q passed this one, then went
+                # on; or an earlier call of q's that this rank passed)
                 if first:
                     rc = passed_on(st, line, True)
-                    if rc > 0:
+                if rc != 2 and rc >= 0:
+                    if rc == 1:
                         return ERR_PASSED
-                    if rc < 0:
-                        st.failed_rank = q
-                        st.failed_code = ERR_MISMATCH
-                        return ERR_MISMATCH
-                break
-            if first and passed_on(st, line, False):
-                return ERR_PASSED
+                    break
+            elif first:
+                rc = passed_on(st, line, False)
+                if rc == 1:
+                    return ERR_PASSED
+            if rc < 0:
+                st.failed_rank = q
+                st.failed_code = ERR_MISMATCH
+                return ERR_MISMATCH
             if st.progress.iprobe != NULL and cxl_progress_due(w.polls, w.spin_polls):
                 cxl_progress_poke(&st.progress)
             if cxl_backoff(&w):
