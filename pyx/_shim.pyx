@@ -592,12 +592,16 @@ cdef class Routes:
     cdef unsigned char where[NCOLL][NCLASS]
     cdef uint64_t due[NCOLL][NCLASS][2]
     cdef const uint64_t *ops_ptr
-    cdef object pool              # keeps the call counter alive
+    cdef object pool              # keeps the call counter (and the arenas) alive
     cdef public object selector
+    cdef uintptr_t arena_lo, arena_hi   # this rank's mapping of the arenas
+    cdef Py_ssize_t zc_min              # CXLMPI_ZEROCOPY_THRESHOLD of the pool
 
     def __cinit__(self, pool):
         self.pool = pool
         self.ops_ptr = <const uint64_t *><uintptr_t>pool.ops_address()
+        self.arena_lo, self.arena_hi = pool.arena_span()
+        self.zc_min = pool.zerocopy_min_nbytes
         memset(self.choice, SLOW, sizeof(self.choice))
         memset(self.where, 0, sizeof(self.where))
         memset(self.due, 0, sizeof(self.due))
@@ -619,11 +623,25 @@ cdef class Routes:
 cdef bint learning = False   # the current call times its path for the selector
 
 
-cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root) except -9:
+cdef inline bint in_arenas(Routes r, uintptr_t address, Py_ssize_t nbytes) noexcept:
+    return r.arena_lo <= address and address + <size_t>nbytes <= r.arena_hi
+
+
+cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
+              uintptr_t a=0, Py_ssize_t an=0, uintptr_t b=0, Py_ssize_t bn=0) except -9:
     """The path of a call of `nbytes` (all blocks together) that the pool
     could take: 0 MPI, FOLLOW MPI without a pass mark, > 0 a pool code.
     Settled classes decide here; the others ask the selector after a
-    header step (see cxlmpi.select)."""
+    header step (see cxlmpi.select).
+
+    [a, a + an) and [b, b + bn): this rank's buffers when the call could
+    run zero-copy if every rank's were in the pool (0: it could not).  A
+    class settled on MPI for private buffers never runs the pool, so it
+    would never see that the program now uses pool arrays: a rank whose
+    buffers are in the arenas asks in a header step instead, where all
+    learn whether every rank's are (then the class's placement is `pool`,
+    alike on every rank); where some rank's are not, that rank goes to MPI
+    at once and the others follow it there."""
     global learning
     learning = False
     cdef Routes r = state.routes
@@ -633,18 +651,25 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root)
     cdef int sc = size_class(nbytes)
     cdef int pl = r.where[which][sc]
     cdef int code = r.choice[which][sc][pl]
-    if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
+    cdef bint resident = (a != 0 and nbytes >= r.zc_min and in_arenas(r, a, an)
+                          and (b == 0 or in_arenas(r, b, bn)))
+    if code > 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
+        return code
+    if code == 0 and r.ops_ptr[0] < r.due[which][sc][pl] and (pl or not resident):
         return code
     sel = r.selector
     report, mine = sel.report()
     try:
-        agreed, most = state.pool.header(1 + nbytes, METHODS[which], root, 0, report, mine)
+        agreed, most = state.pool.header(2 * (1 + nbytes) + (not resident), METHODS[which],
+                                         root, 0, report, mine)
     except PoolFailure as exc:
         if exc.passed:   # a peer sent the call to MPI: all follow, none learns
             return FOLLOW
         raise run_failed(comm, exc) from None
     sel.delivered(most)
-    code, learning = sel.pick(which, agreed - 1, r.ops_ptr[0])
+    if not agreed & 1:   # every rank's buffers are in the arenas
+        r.where[which][size_class((agreed >> 1) - 1)] = 1
+    code, learning = sel.pick(which, (agreed >> 1) - 1, r.ops_ptr[0])
     return code if code != 0 else FOLLOW   # every rank knows: no pass mark
 
 
@@ -921,7 +946,7 @@ class CommBase(_Intracomm):
                 msg = None
         state = state_of(self, BCAST) if msg is not None else None
         if state is not None:
-            code = take(self, state, BCAST, msg.nbytes, root)
+            code = take(self, state, BCAST, msg.nbytes, root, msg.address, msg.nbytes)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -952,7 +977,8 @@ class CommBase(_Intracomm):
         state = state_of(self, REDUCE) if plan is not None else None
         if state is not None:
             send, recv, opc = plan
-            code = take(self, state, REDUCE, send.nbytes, root)
+            code = take(self, state, REDUCE, send.nbytes, root, send.address, send.nbytes,
+                        recv.address if recv is not None else 0, send.nbytes)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -981,7 +1007,8 @@ class CommBase(_Intracomm):
         state = state_of(self, ALLREDUCE) if plan is not None else None
         if state is not None:
             send, recv, opc = plan
-            code = take(self, state, ALLREDUCE, send.nbytes, -1)
+            code = take(self, state, ALLREDUCE, send.nbytes, -1, send.address, send.nbytes,
+                        recv.address, recv.nbytes)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -1023,7 +1050,9 @@ class CommBase(_Intracomm):
             recv = None
         state = state_of(self, ALLGATHER) if recv is not None else None
         if state is not None:
-            code = take(self, state, ALLGATHER, recv.nbytes * size, -1)
+            code = take(self, state, ALLGATHER, recv.nbytes * size, -1,
+                        send.address if send is not None else 0, recv.nbytes,
+                        recv.address, recv.nbytes * size)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -1114,7 +1143,9 @@ class CommBase(_Intracomm):
             block = -1
         state = state_of(self, GATHER) if block >= 0 else None
         if state is not None:
-            code = take(self, state, GATHER, block * size, root)
+            code = take(self, state, GATHER, block * size, root,
+                        send.address if send is not None else 0, block,
+                        recv.address if recv is not None else 0, block * size)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -1202,7 +1233,9 @@ class CommBase(_Intracomm):
             block = -1
         state = state_of(self, SCATTER) if block >= 0 else None
         if state is not None:
-            code = take(self, state, SCATTER, block * size, root)
+            code = take(self, state, SCATTER, block * size, root,
+                        recv.address if recv is not None else 0, block,
+                        send.address if send is not None else 0, block * size)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -1292,7 +1325,9 @@ class CommBase(_Intracomm):
                     block = -1
         state = state_of(self, ALLTOALL) if block >= 0 else None
         if state is not None:
-            code = take(self, state, ALLTOALL, block * size, -1)
+            code = take(self, state, ALLTOALL, block * size, -1,
+                        send.address if send is not None else 0, block * size,
+                        recv.address, block * size)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -1392,7 +1427,9 @@ class CommBase(_Intracomm):
                 recv = None
         state = state_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
         if state is not None:
-            code = take(self, state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, -1)
+            code = take(self, state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, -1,
+                        send.address if send is not None else 0, recv.nbytes * size,
+                        recv.address, recv.nbytes)
         if code <= 0:
             if code == 0:
                 to_mpi(self)
@@ -1450,7 +1487,9 @@ class CommBase(_Intracomm):
                 recv = None
         state = state_of(self, REDUCE_SCATTER) if recv is not None else None
         if state is not None:
-            code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1)
+            code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1,
+                        send.address if send is not None else 0, total * recv.itemsize,
+                        recv.address, recv.nbytes)
         if code <= 0:
             if code == 0:
                 to_mpi(self)

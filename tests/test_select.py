@@ -230,6 +230,7 @@ def test_candidates_and_names() -> None:
 # ------------------------------------------------------------- in a real job
 
 SELECTION = "tests/scripts/selection.py"
+RESIDENT_HINT = "tests/scripts/resident_hint.py"
 ADAPTIVE_ENV = {**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off"}
 
 
@@ -256,3 +257,20 @@ def test_a_tuning_file_pins_the_choice(tmp_path) -> None:
         assert result["wrong"] == [] and result["learning"] == 0, (tuning, result)
         assert result["settled"] == 0 and result["pool"] > 0, (tuning, result)
         assert (result["bcast_pool"] == 0) == (tuning != "pool"), (tuning, result)
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_pool_arrays_are_noticed_where_private_ones_settled_on_mpi(nranks: int,
+                                                                  tmp_path) -> None:
+    """The cache says: Allreduce of 1 MiB with private buffers, MPI.  The
+    program's arrays are in the pool: the ranks agree in a header step that
+    every rank's are, learn the zero-copy class and use the pool for most of
+    20 calls (never, before: a settled MPI class never ran the pool, so it
+    never saw where the buffers were); with private arrays again, at most one
+    call tries the pool.  Every result equals stock's."""
+    cache = str(tmp_path / "selection.json")
+    env = {"CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": cache, "CXLMPI_TIMEOUT": "60"}
+    proc = run_mpi(nranks, [RESIDENT_HINT, cache], env=env)
+    result = tagged_json(proc.stdout, "RESULT")
+    assert result["wrong"] == 0 and result["pool"] >= 10, result
+    assert result["private_pool"] <= 1, result

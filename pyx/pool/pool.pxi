@@ -438,6 +438,14 @@ cdef class Pool:
             return 0
         return (<cxl_header *>self.st.base).arena_nbytes
 
+    def arena_span(self):
+        """(first, last + 1) address of the arenas in this mapping, (0, 0)
+        when the pool has none (for cxlmpi._shim's residency hint)."""
+        if self.st.base == NULL or self.st.arena_offset >= self.nbytes:
+            return 0, 0
+        return (<uintptr_t>self.st.base + self.st.arena_offset,
+                <uintptr_t>self.st.base + self.nbytes)
+
     def offset_of(self, uintptr_t address, size_t nbytes):
         """Offset in the pool of [address, address + nbytes) when it lies in
         the arenas (any rank's), else -1."""
