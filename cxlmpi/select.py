@@ -170,13 +170,15 @@ class Learner:
             if tried else None
 
     def wasted(self) -> float:
-        """Seconds the tries so far took beyond what the best candidate
-        (as known now) would have taken for as many calls."""
+        """Seconds the tries so far cost beyond what the best candidate (as
+        known now) would have taken for as many calls, each try counted at
+        its candidate's estimate: a single outlier (a page fault, a
+        descheduled peer) does not end the exploring."""
         best = self.leader()
         if best is None:
             return 0.0
-        tries = [s for values in self.samples.values() for s in values]
-        return sum(tries) - len(tries) * self.estimate(best)
+        floor = self.estimate(best)
+        return sum(len(v) * (self.estimate(c) - floor) for c, v in self.samples.items() if v)
 
     def next_try(self) -> int | None:
         """The candidate the next exploring call tries, None when done."""

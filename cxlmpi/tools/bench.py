@@ -770,6 +770,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="plot latency and speedup at the measured sizes, one panel per "
                          "collective, pool/MPI points marked, error bars over the rounds "
                          "(needs matplotlib: pip install 'cxlmpi[bench]')")
+    ap.add_argument("--learning", type=int, metavar="N",
+                    help="instead: the cost of adaptive selection's learning -- per size, "
+                         "a fresh communicator's first N calls (which learn) against the "
+                         "N after them (the settled path), back to back")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -837,6 +841,72 @@ def check_counts(args: argparse.Namespace) -> None:
         raise ValueError("--warmup must be at least 0")
 
 
+def learning_cost(op: Collective, requested: int, kind: str, calls: int,
+                  stamp: bool) -> dict[str, Any] | None:
+    """A fresh communicator (its pool set up first), then `calls` calls of
+    `op` timed in one batch -- adaptive selection learns the class on them
+    -- and `calls` more, settled; on rank 0: both times (the slowest
+    rank's), their ratio and what settled."""
+    world = MPI.COMM_WORLD
+    wrapped = cxlmpi.wrap(MPI.Intracomm(world).Dup())
+    stock = MPI.Intracomm(wrapped)
+    nranks = wrapped.Get_size()
+    size = op.message_size(requested, nranks)
+    nsend, nrecv = op.counts(size // op.itemsize, nranks)
+    total = max(nsend, nrecv) * op.itemsize
+    from cxlmpi.state import pool_state
+
+    pool_state(wrapped)   # the pool's set-up is not the class's learning
+    bufs = make_buffers(op, size // op.itemsize, kind, wrapped)
+    fn, fargs = op.bind(wrapped, bufs)
+    warm, wargs = op.bind(stock, bufs)
+    for _ in range(3):   # the buffers' first touches, with stock MPI
+        warm(*wargs)
+    mark = bufs.send if stamp and bufs.send is not None else None
+    before = cxlmpi.stats().get(op.stat_key, {}).get("learning_calls", 0)
+    first = _time_batch(fn, fargs, calls, 0, stock, mark, 0)
+    learned = cxlmpi.stats().get(op.stat_key, {}).get("learning_calls", 0) - before
+    then = _time_batch(fn, fargs, calls, 0, stock, mark, calls)
+    choice = select.decision(wrapped, op.stat_key, total)
+    times = stock.gather((first, then), root=0)
+    del bufs, fn, fargs, warm, wargs
+    wrapped.Free()
+    if times is None:
+        return None
+    first = max(t[0] for t in times) * calls
+    then = max(t[1] for t in times) * calls
+    return {"op": op.name, "size": size, "buffers": kind, "calls": calls,
+            "first_s": first, "settled_s": then, "ratio": first / then if then else math.nan,
+            "learning_calls": int(learned), "choice": choice}
+
+
+def run_learning(args: argparse.Namespace, ops: Sequence[Collective],
+                 sizes: Sequence[int]) -> int:
+    """--learning N: learning_cost of every op and size, as a table."""
+    world = MPI.COMM_WORLD
+    cases = _cases(ops, sizes, world.Get_size())
+    progress = Progress(len(cases), enabled=world.Get_rank() == 0 and not args.quiet)
+    rows = [["op", "size", f"first {args.learning} (ms)", f"next {args.learning} (ms)",
+             "ratio", "learning calls", "chosen"]]
+    for op, size in cases:
+        progress.step(f"{op.name} {format_size(op.message_size(size, world.Get_size()))}")
+        r = learning_cost(op, size, args.buffers, args.learning, args.data_varying)
+        if r is not None:
+            rows.append([r["op"], format_size(r["size"]), f"{r['first_s'] * 1e3:.3f}",
+                         f"{r['settled_s'] * 1e3:.3f}", f"{r['ratio']:.3f}",
+                         str(r["learning_calls"]), r["choice"] or "-"])
+    progress.close()
+    if world.Get_rank() == 0:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                           for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        print("\n".join(lines))
+        print(f"# ratio = first / next: the learning's cost (CXLMPI_TUNING="
+              f"{config.get().tuning}; {args.buffers} buffers)", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Measure what `args` asks; the exit status (0, or 1 on a failed check)."""
     world = MPI.COMM_WORLD
@@ -854,6 +924,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise BenchError("--plot needs matplotlib, an optional dependency that is not "
                          "installed (pip install matplotlib, or the [bench] extra)")
 
+    if args.learning:
+        return int(world.bcast(run_learning(args, ops, sizes), root=0))
     settings = Settings(rounds=args.rounds, iterations=args.iterations, warmup=args.warmup,
                         buffers=args.buffers, data_varying=args.data_varying,
                         validate=args.validate)

@@ -335,6 +335,8 @@ cdef class Pool:
         self.rsag_min_ranks = 3
         self.zerocopy_min_nbytes = 256 * 1024
         self.st.arena_offset = h.arena_offset
+        prefault(self.st.base, h.slot_offset,
+                 min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
         if h.arena_nbytes:
             cxl_arena_init(&self.arena, self.st.base,
                            h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
