@@ -61,11 +61,18 @@ NCLASSES = 64
 # Exploration and re-checking (see the module docstring).
 ROUNDS = 3               # tries of each surviving candidate
 DROP_AFTER_ONE = 2.0     # a candidate this much slower than the best after one try
-EXPLORE_BUDGET = 5.0     # calls' worth of the best path that exploring may waste
+EXPLORE_BUDGET = 7.0     # calls' worth of the best path that exploring may waste
 SWITCH_MARGIN = 0.95     # the runner-up takes over when this much faster
 MIN_INTERVAL = 64        # calls of the class between re-checks, at least ...
 MAX_INTERVAL = 4096      # ... and at most
 CHECK_SHARE = 0.005      # a re-check may waste this share of the time between
+RECENT = 4               # samples a settled candidate keeps
+RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
+MAX_RUN = 16             # ... but at most this many calls
+# What a learning call costs beyond its path, whichever it takes: the header
+# step and this module's bookkeeping (measured about 5 us at 2 ranks).  A
+# constant, not a measurement, so that every rank counts it alike.
+LEARN_OVERHEAD_S = 6e-6
 
 # Collectives by family (config.COLLECTIVES names).
 _MOVE = ("bcast", "allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv",
@@ -117,7 +124,10 @@ def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
         return [MPI_PATH, pool]
     out = [MPI_PATH]
     big = nbytes > chunk
-    stream = streaming and nbytes >= 64 << 10
+    # Streaming stores pay once the message leaves the caches; below that
+    # they only force the data out to memory.
+    stream = streaming and nbytes >= 256 << 10
+    large = nbytes >= 4 << 20
     if name in _REDUCE:
         flat, rsag = 1 + FLAT, 1 + RSAG
         out += [flat, rsag] if nranks > 2 else [flat]
@@ -127,14 +137,15 @@ def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
             out.append(rsag)
         return out
     if name in _MOVE or name in _REDUCE_SCATTER:
-        if stream and big:
-            out.append(1 + STREAM + BIGCHUNK)
+        variants = [pool]
         if stream:
-            out.append(1 + STREAM)
-        out.append(pool)
+            variants.append(1 + STREAM)
         if big and name in _MOVE:
-            out.append(1 + BIGCHUNK)
-        return out
+            variants.append(1 + BIGCHUNK)
+        if stream and big:
+            variants.append(1 + STREAM + BIGCHUNK)
+        # the likeliest first: large messages stream
+        return out + (variants[::-1] if large else variants)
     return [MPI_PATH, pool]
 
 
@@ -153,43 +164,89 @@ class Learner:
     checks: int = 0                  # re-checks made
     recheck: list[float] = field(default_factory=list)  # [best, runner-up] times
     warm: bool = False               # the class's first call (cold: discarded) is done
+    pool_warm: bool = False          # its first call through the pool (cold too) is done
+    run_calls: int = 1               # calls of the run whose report comes next
+    run_len: int = 1                 # calls of a (not warm-up) run of this class
+    challenger: int | None = None    # what the re-check in progress times against the best
 
     def __post_init__(self) -> None:
         if not self.alive:
             self.alive = list(self.candidates)
+        # the fastest try of each candidate, kept up to date (a learning
+        # call's bookkeeping runs while every rank waits for it: cheap)
+        self.est: dict[int, float] = {c: min(v) for c, v in self.samples.items() if v}
+        self.ncalls: dict[int, int] = {c: len(v) for c, v in self.samples.items()}
+        self.warmups: list[float] = []   # the warm-up tries' times (real cost, no sample)
+        self.upcoming: int | None = self.next_try() if self.candidates else None
+
+    def warming(self, code: int) -> bool:
+        """Whether a try of `code` now is a warm-up (not a sample)."""
+        return not self.warm or (code != MPI_PATH and not self.pool_warm)
+
+    def try_len(self, code: int) -> int:
+        """Calls of the next try of `code`: one for a warm-up and for a
+        candidate's first look (a slow one is dropped after a single
+        call), else the class's run length."""
+        return 1 if self.warming(code) or code not in self.est else self.run_len
 
     # ----------------------------------------------------------- exploring
 
     def estimate(self, code: int) -> float:
-        values = self.samples.get(code)
-        return min(values) if values else math.inf
+        return self.est.get(code, math.inf)
 
     def leader(self) -> int | None:
-        tried = [c for c in self.alive if self.samples.get(c)]
-        return min(tried, key=lambda c: (self.estimate(c), self.candidates.index(c))) \
-            if tried else None
+        """The tried, surviving candidate with the best estimate (the
+        earlier in the candidates' order on a tie)."""
+        best, best_t = None, math.inf
+        est = self.est
+        for c in self.alive:
+            t = est.get(c)
+            if t is not None and t < best_t:
+                best, best_t = c, t
+        return best
 
     def wasted(self) -> float:
         """Seconds the tries so far cost beyond what the best candidate (as
         known now) would have taken for as many calls, each try counted at
-        its candidate's estimate: a single outlier (a page fault, a
-        descheduled peer) does not end the exploring."""
+        its candidate's estimate (a single outlier -- a page fault, a
+        descheduled peer -- does not end the exploring), and every
+        learning call's own overhead."""
         best = self.leader()
         if best is None:
-            return 0.0
-        floor = self.estimate(best)
-        return sum(len(v) * (self.estimate(c) - floor) for c, v in self.samples.items() if v)
+            return self.explored * LEARN_OVERHEAD_S
+        floor = self.est[best]
+        total = self.explored * LEARN_OVERHEAD_S
+        for c, n in self.ncalls.items():
+            total += n * (self.est[c] - floor)
+        for t in self.warmups:
+            total += max(0.0, t - floor)
+        return total
 
     def next_try(self) -> int | None:
-        """The candidate the next exploring call tries, None when done."""
+        """The candidate the next exploring call tries, None when done:
+        when the try could take the exploring's cost past its budget
+        (counted at the candidate's estimate, or, untried, at the worst
+        estimate so far)."""
+        if not self.warm:
+            # the class's first, cold call: through the pool (which warms
+            # the pool's lines too) when the pool is a candidate
+            return self.candidates[1] if len(self.candidates) > 1 else self.candidates[0]
+        code, fewest = None, ROUNDS
+        for c in self.alive:
+            n = len(self.samples.get(c, ()))
+            if n < fewest:
+                code, fewest = c, n
+        if code is None:
+            return None
         best = self.leader()
-        if best is not None and self.wasted() >= EXPLORE_BUDGET * self.estimate(best):
-            return None
-        pending = [c for c in self.alive if len(self.samples.get(c, ())) < ROUNDS]
-        if not pending:
-            return None
-        fewest = min(len(self.samples.get(c, ())) for c in pending)
-        return next(c for c in pending if len(self.samples.get(c, ())) == fewest)
+        if best is not None:
+            floor = self.est[best]
+            # untried: as slow as a candidate worth keeping may be
+            risk = self.est.get(code, DROP_AFTER_ONE * floor)
+            if self.wasted() + (risk - floor) * self.try_len(code) + LEARN_OVERHEAD_S > \
+                    EXPLORE_BUDGET * floor:
+                return None
+        return code
 
     def learn(self, code: int, seconds: float) -> None:
         """The slowest rank's time of a learning call that took `code`."""
@@ -197,59 +254,76 @@ class Learner:
         if self.phase >= 2:
             self._rechecked(code, seconds)
             return
-        if not self.warm:
+        if self.warming(code):
             # The class's first call pays for first touches (pages of the
-            # buffers, of the pool, MPI's connections) whatever path it
-            # takes: it is not a sample.
+            # buffers, MPI's connections) whatever path it takes, and its
+            # first call through the pool for the halves' lines and the
+            # pool's code (measured 3-5x the calls after): not samples.
+            self.pool_warm = self.pool_warm or code != MPI_PATH
             self.warm = True
+            self.warmups.append(seconds)
+            self.upcoming = self.next_try()
             return
         self.samples.setdefault(code, []).append(seconds)
-        if code not in self.alive:
-            return
-        best = self.leader()
-        if best is not None:
-            # far behind after one try: not worth more
-            for c in list(self.alive):
-                if c != best and len(self.samples.get(c, ())) == 1 and \
-                        self.estimate(c) > DROP_AFTER_ONE * self.estimate(best):
-                    self.alive.remove(c)
-        if self.next_try() is None:
+        self.ncalls[code] = self.ncalls.get(code, 0) + self.run_calls
+        if seconds < self.est.get(code, math.inf):
+            self.est[code] = seconds
+        if code in self.alive:
+            best = self.leader()
+            # far behind after its first try: not worth more
+            if best is not None and code != best and len(self.samples[code]) == 1 and \
+                    seconds > DROP_AFTER_ONE * self.est[best]:
+                self.alive.remove(code)
+            if best == code:   # a new leader: earlier ones may now be far behind
+                for c in list(self.alive):
+                    if c != best and len(self.samples.get(c, ())) == 1 and \
+                            self.est[c] > DROP_AFTER_ONE * self.est[best]:
+                        self.alive.remove(c)
+        self.upcoming = self.next_try()
+        if self.upcoming is None:
             self._settle()
 
     def _settle(self) -> None:
-        ranked = sorted((c for c in self.candidates if self.samples.get(c)),
-                        key=lambda c: (self.estimate(c), self.candidates.index(c)))
+        ranked = sorted(self.est, key=lambda c: (self.est[c], self.candidates.index(c)))
+        ranked = [c for c in ranked if c in self.candidates]
         self.best = ranked[0]
         self.runner_up = ranked[1] if len(ranked) > 1 else None
         self.phase = 1
-        self._schedule(self.estimate(self.best),
-                       self.estimate(self.runner_up) if self.runner_up is not None else None)
+        self._schedule(self.est[self.best],
+                       self.est[self.runner_up] if self.runner_up is not None else None)
 
     # ---------------------------------------------------------- re-checking
 
     def _schedule(self, best_s: float, runner_s: float | None) -> None:
-        """The calls until the next re-check: often when the two are close,
-        rarely when the runner-up is far behind (its try wastes its extra
-        time: at most CHECK_SHARE of the time between re-checks)."""
+        """The calls until the next re-check: a re-check (three learning
+        calls, one of them on the runner-up) costs at most CHECK_SHARE of
+        the time between re-checks; the interval doubles while the
+        runner-up stays behind, and starts again when it is close."""
         if runner_s is None or not math.isfinite(runner_s) or best_s <= 0:
             self.interval = MAX_INTERVAL
             return
-        extra = max(runner_s / best_s - 1.0, 0.0)
-        want = int(extra / CHECK_SHARE)
-        if extra < 0.1:
-            self.interval = MIN_INTERVAL
+        cost = max(runner_s - best_s, 0.0) + 3 * LEARN_OVERHEAD_S
+        want = int(cost / (CHECK_SHARE * best_s))
+        if runner_s < 1.1 * best_s:
+            self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want))
         else:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want, self.interval * 2))
 
     def check_code(self) -> int:
-        """The path of a re-checking call (phase 2: the best, 3: the runner-up)."""
+        """The path of a re-checking call (phase 2: the best, 3: the
+        challenger)."""
         assert self.best is not None
-        if self.phase == 3 and self.runner_up is not None:
-            return self.runner_up
+        if self.phase == 3 and self.challenger is not None:
+            return self.challenger
         return self.best
 
     def start_check(self) -> None:
-        self.phase = 2 if self.runner_up is not None else 1
+        """A re-check times the best against the runner-up -- or against a
+        candidate exploring never reached (its budget ran out), one at a
+        time, so that those are found too when the load changes."""
+        untried = [c for c in self.candidates if c not in self.est]
+        self.challenger = untried[0] if untried else self.runner_up
+        self.phase = 2 if self.challenger is not None else 1
         self.recheck = []
 
     def _rechecked(self, code: int, seconds: float) -> None:
@@ -258,16 +332,29 @@ class Learner:
             self.phase = 3
             return
         self.checks += 1
-        best_s, runner_s = self.recheck[0], seconds
-        assert self.runner_up is not None and self.best is not None
-        self.samples.setdefault(self.best, []).append(best_s)
-        self.samples.setdefault(self.runner_up, []).append(runner_s)
-        if runner_s < SWITCH_MARGIN * best_s:
-            self.best, self.runner_up = self.runner_up, self.best
-            best_s, runner_s = runner_s, best_s
+        best_s, other_s = self.recheck[0], seconds
+        other = self.challenger
+        assert other is not None and self.best is not None
+        for c, t in ((self.best, best_s), (other, other_s)):
+            # the latest few: what the cache keeps, with old load forgotten
+            self.samples[c] = (self.samples.get(c, []) + [t])[-RECENT:]
+            self.est[c] = min(self.samples[c])
+        if other_s < SWITCH_MARGIN * best_s:
+            self.best, other = other, self.best
+            best_s, other_s = other_s, best_s
             self.interval = MIN_INTERVAL
+        if self.runner_up is None or other == self.runner_up or \
+                self.est[other] < self.est.get(self.runner_up, math.inf):
+            self.runner_up = other
+        elif self.runner_up == self.best:
+            self.runner_up = other
         self.phase = 1
-        self._schedule(best_s, runner_s)
+        runner_s = self.est.get(self.runner_up, math.inf) if self.runner_up is not None \
+            else None
+        if other_s < (runner_s or math.inf):
+            runner_s = other_s
+        untried = any(c not in self.est for c in self.candidates)
+        self._schedule(best_s, best_s if untried else runner_s)
 
     # --------------------------------------------------------------- cache
 
@@ -324,6 +411,7 @@ class Selector:
         for (which, sc, pl), entry in self.prior.items():
             learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
             if learner is not None:
+                learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(sc), 1)))
                 self.learners[(which, sc, pl)] = learner
                 self._publish((which, sc, pl), learner, 0)
 
@@ -335,13 +423,21 @@ class Selector:
         learner = self.learners.get(key)
         if learner is None:
             learner = self.learners[key] = Learner(self._candidates(*key))
+            learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(key[1]), 1)))
         return learner
 
     # ------------------------------------------------------ header traffic
 
     def report(self) -> tuple[int, int]:
-        """(id, this rank's nanoseconds) of the report the next header step
-        carries; (0, 0) when none is in flight."""
+        """(id, this rank's nanoseconds per call) of the report the next
+        header step carries: the run in flight ends here (every rank ends
+        it at the same header step); (0, 0) when there is none."""
+        run = self.routes.finish_run()
+        if run is not None:
+            which, sc, pl, code, seconds, calls = run
+            # (no call timed -- all followed a peer to MPI: 0, "nothing")
+            self.learned(which, class_floor(sc), code, bool(pl),
+                         int(seconds * 1e9 / calls) if calls > 0 else 0)
         if self.pending is None:
             return 0, 0
         return self.pending[0], self.pending[3]
@@ -355,6 +451,9 @@ class Selector:
         _, key, code, _ = self.pending
         self.pending = None
         learner = self.learner(key)
+        if nanoseconds <= 0:   # no rank timed a call of the run
+            self._publish(key, learner, self.routes.ops())
+            return
         learner.learn(code, nanoseconds * 1e-9)
         if learner.phase == 1:
             self.changed = True
@@ -386,10 +485,9 @@ class Selector:
         self.last_header[key] = calls
         learner = self.learner(key)
         if learner.phase == 0:
-            code = learner.next_try()
+            code = learner.upcoming
             if code is not None:
-                self.routes.set(which, sc, key[2], SLOW, 0)
-                return code, True
+                return self._run(key, learner, code, nbytes, ops), True
             learner._settle()         # (the budget ran out meanwhile)
             self._publish(key, learner, ops)
         assert learner.best is not None or learner.phase >= 2
@@ -400,8 +498,21 @@ class Selector:
             if learner.phase == 1:    # nothing to compare against
                 self._publish(key, learner, ops)
                 return learner.best, False  # type: ignore[return-value]
-        self.routes.set(which, sc, key[2], SLOW, 0)
-        return learner.check_code(), True
+        return self._run(key, learner, learner.check_code(), nbytes, ops), True
+
+    def _run(self, key: tuple[int, int, int], learner: Learner, code: int, nbytes: int,
+             ops: int) -> int:
+        """Start a timed run of `code` on class `key` with this call: a
+        single call for a warm-up try, else RUN_BYTES worth of calls (1 to
+        MAX_RUN), so that a run of small calls outweighs its header step
+        and bookkeeping; it ends at the next header step of the
+        communicator, whichever class it is for."""
+        which, sc, pl = key
+        calls = learner.try_len(code)
+        learner.run_calls = calls
+        per_call = self.ops_per_call.get(key, 1.0)
+        self.routes.start_run(which, sc, pl, code, ops + 1 + int((calls - 1) * per_call))
+        return code
 
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,
                 nanoseconds: int) -> None:

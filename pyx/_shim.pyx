@@ -596,6 +596,11 @@ cdef class Routes:
     cdef public object selector
     cdef uintptr_t arena_lo, arena_hi   # this rank's mapping of the arenas
     cdef Py_ssize_t zc_min              # CXLMPI_ZEROCOPY_THRESHOLD of the pool
+    # The timed run in flight (at most one): its class (run_which -1: none),
+    # path, and this rank's time and count of its calls so far.
+    cdef int run_which, run_sc, run_pl, run_code
+    cdef double run_seconds
+    cdef long run_calls
 
     def __cinit__(self, pool):
         self.pool = pool
@@ -605,12 +610,31 @@ cdef class Routes:
         memset(self.choice, SLOW, sizeof(self.choice))
         memset(self.where, 0, sizeof(self.where))
         memset(self.due, 0, sizeof(self.due))
+        self.run_which = -1
 
     def set(self, int which, int sc, int pl, int code, uint64_t due):
         """Class (which, sc, pl) takes path `code` (SLOW: ask the selector)
         until the call counter reaches `due`."""
         self.choice[which][sc][pl] = code
         self.due[which][sc][pl] = due
+
+    def start_run(self, int which, int sc, int pl, int code, uint64_t due):
+        """Time the calls of class (which, sc, pl), on path `code`, until the
+        call counter reaches `due` (or the next header step): a run."""
+        self.set(which, sc, pl, code, due)
+        self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
+        self.run_seconds = 0.0
+        self.run_calls = 0
+
+    def finish_run(self):
+        """End the run in flight: (which, sc, pl, code, this rank's seconds,
+        calls timed), or None when there is none."""
+        if self.run_which < 0:
+            return None
+        out = (self.run_which, self.run_sc, self.run_pl, self.run_code, self.run_seconds,
+               self.run_calls)
+        self.run_which = -1
+        return out
 
     def placement(self, int which, int sc):
         return self.where[which][sc]
@@ -653,9 +677,8 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     cdef int code = r.choice[which][sc][pl]
     cdef bint resident = (a != 0 and nbytes >= r.zc_min and in_arenas(r, a, an)
                           and (b == 0 or in_arenas(r, b, bn)))
-    if code > 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
-        return code
-    if code == 0 and r.ops_ptr[0] < r.due[which][sc][pl] and (pl or not resident):
+    if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl] and (code or pl or not resident):
+        learning = which == r.run_which and sc == r.run_sc and pl == r.run_pl
         return code
     sel = r.selector
     report, mine = sel.report()
@@ -685,6 +708,7 @@ cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:
     cdef int pl = r.where[which][sc]
     cdef int code = r.choice[which][sc][pl]
     if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
+        learning = which == r.run_which and sc == r.run_sc and pl == r.run_pl
         return code
     code, learning = r.selector.pick(which, nbytes, r.ops_ptr[0])
     return code if code != 0 else FOLLOW
@@ -698,7 +722,7 @@ cdef int took(object state, int which, Py_ssize_t nbytes, int code, int zc,
               double t) except -1:
     """After a call that `take` routed: the placement the pool found (zc:
     1 zero-copy, 0 copied, -1 it followed a peer to MPI), and the time of
-    a learning call for the selector."""
+    a call of the run in flight (the next header step reports it)."""
     cdef Routes r
     if state is None:
         return 0
@@ -707,10 +731,13 @@ cdef int took(object state, int which, Py_ssize_t nbytes, int code, int zc,
         return 0
     if zc >= 0 and code > 0:
         r.where[which][size_class(nbytes)] = zc
-    if learning and zc >= 0:
+    if learning and zc >= 0 and r.run_which >= 0:
         stat_learn[which] += 1
-        r.selector.learned(which, nbytes, code if code > 0 else 0, zc == 1,
-                           <long long>((now() - t) * 1e9))
+        if code > 0 and zc != r.run_pl:
+            r.run_calls = -(1 << 40)   # it did not run as the run's class: no sample
+        else:
+            r.run_seconds += now() - t
+            r.run_calls += 1
     return 0
 
 
