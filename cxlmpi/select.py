@@ -403,8 +403,6 @@ class Selector:
         self.prior = prior or {}
         self.learners: dict[tuple[int, int, int], Learner] = {}
         self.pending: tuple[int, tuple[int, int, int], int, int] | None = None
-        self.last_header: dict[tuple[int, int, int], int] = {}  # key -> ops at header
-        self.ops_per_call: dict[tuple[int, int, int], float] = {}
         self.next_check: dict[tuple[int, int, int], int] = {}  # key -> ops of its re-check
         self.changed = False  # something settled since the cache was written
         self.headers = 0      # header steps so far (each also counts in the ops)
@@ -463,8 +461,8 @@ class Selector:
         """Tell the compiled routes what the class's next call does."""
         which, sc, pl = key
         if learner.phase == 1:
-            per_call = self.ops_per_call.get(key, 1.0)
-            due = ops + max(1, int(learner.interval * per_call))
+            # (in the communicator's calls: every rank counts those alike)
+            due = ops + learner.interval
             self.next_check[key] = due
             self.routes.set(which, sc, pl, learner.best, due)
         else:
@@ -477,12 +475,6 @@ class Selector:
         learns) for a call of `nbytes` (the agreed size)."""
         sc = size_class(nbytes)
         key = (which, sc, self.routes.placement(which, sc))
-        calls = ops - self.headers   # the communicator's calls, headers not counted
-        last = self.last_header.get(key)
-        if last is not None and calls > last:
-            # calls of the whole communicator per call of this class
-            self.ops_per_call[key] = float(calls - last)
-        self.last_header[key] = calls
         learner = self.learner(key)
         if learner.phase == 0:
             code = learner.upcoming
@@ -510,8 +502,9 @@ class Selector:
         which, sc, pl = key
         calls = learner.try_len(code)
         learner.run_calls = calls
-        per_call = self.ops_per_call.get(key, 1.0)
-        self.routes.start_run(which, sc, pl, code, ops + 1 + int((calls - 1) * per_call))
+        # (the next `calls` calls of the communicator: fewer of the class's
+        # own when others come between -- the run's mean is per call timed)
+        self.routes.start_run(which, sc, pl, code, ops + calls)
         return code
 
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,

@@ -714,6 +714,42 @@ cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:
     return code if code != 0 else FOLLOW
 
 
+cdef inline bint skip(object comm, int which, object obj) except -1:
+    """`small(obj, lo[which])`, and: the class of a bare numpy array `obj`
+    (its bytes are the call's, all blocks together) is settled on MPI --
+    decided before any message parsing, from what every rank holds alike
+    (the size, the routes), so that a call adaptive selection sends to MPI
+    costs the pass-through's price.  Not when the residency hint could
+    apply (pool-sized messages on a pool with arenas: the buffers' place
+    counts) or the class is being timed."""
+    global _ndarray
+    if _ndarray is None:
+        numpy = sys.modules.get("numpy")
+        if numpy is None:
+            return False
+        _ndarray = numpy.ndarray
+    if type(obj) is not _ndarray:
+        return False
+    cdef Py_ssize_t nbytes = obj.nbytes
+    if nbytes < lo[which]:
+        return True
+    if not adaptive:
+        return False
+    state = _states.get(comm.handle)
+    if state is None:
+        return False
+    routes = state.routes
+    if routes is None:
+        return False
+    cdef Routes r = <Routes>routes
+    if nbytes >= r.zc_min and r.arena_hi:
+        return False
+    cdef int sc = size_class(nbytes)
+    cdef int pl = r.where[which][sc]
+    return (r.choice[which][sc][pl] == 0 and r.ops_ptr[0] < r.due[which][sc][pl]
+            and not (which == r.run_which and sc == r.run_sc and pl == r.run_pl))
+
+
 cdef inline double clock() noexcept:
     return now() if learning or time_all else 0.0
 
@@ -896,12 +932,13 @@ def run_pool(comm, method, *args):
         raise run_failed(comm, exc) from None
 
 
-cdef inline object plan_reduce(int which, object sendbuf, object recvbuf,
+cdef inline object plan_reduce(object comm, int which, object sendbuf, object recvbuf,
                                object op, bint receiving):
     """(send, recv, op code) when the pool can take this reduction; `send`
     stands for the receive buffer when sendbuf is IN_PLACE."""
     cdef Message send, recv = None
-    if disabled or small(recvbuf if receiving else sendbuf, lo[which]):
+    if disabled or skip(comm, which, recvbuf if receiving and sendbuf is _IN_PLACE
+                        else sendbuf):
         return None
     opc = op_code(op)
     if opc is None:
@@ -967,7 +1004,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start(), t
         cdef Message msg = None
         cdef int code = 0, zc = 0
-        if not disabled and not small(buf, lo[BCAST]) and 0 <= root < self.Get_size():
+        if not disabled and not skip(self, BCAST, buf) and 0 <= root < self.Get_size():
             msg = parse(buf, root != self.Get_rank())
             if msg is not None and not within(BCAST, msg.nbytes):
                 msg = None
@@ -998,9 +1035,9 @@ class CommBase(_Intracomm):
         cdef Message send, recv
         cdef int code = 0, zc = 0
         plan = None
-        if not small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE]) and \
+        if not skip(self, REDUCE, recvbuf if sendbuf is _IN_PLACE else sendbuf) and \
                 0 <= root < self.Get_size():
-            plan = plan_reduce(REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
+            plan = plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
         state = state_of(self, REDUCE) if plan is not None else None
         if state is not None:
             send, recv, opc = plan
@@ -1030,7 +1067,7 @@ class CommBase(_Intracomm):
         cdef double t0 = start(), t
         cdef Message send, recv
         cdef int code = 0, zc = 0
-        plan = plan_reduce(ALLREDUCE, sendbuf, recvbuf, op, True)
+        plan = plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, True)
         state = state_of(self, ALLREDUCE) if plan is not None else None
         if state is not None:
             send, recv, opc = plan
@@ -1060,7 +1097,7 @@ class CommBase(_Intracomm):
         """Gather to All."""
         ensure_configured()
         cdef double t0 = start(), t
-        if disabled or small(recvbuf, lo[ALLGATHER]):
+        if disabled or skip(self, ALLGATHER, recvbuf):
             to_mpi(self)
             _Stock.Allgather(self, sendbuf, recvbuf)
             passed(ALLGATHER, t0)
@@ -1333,7 +1370,7 @@ class CommBase(_Intracomm):
         """All to All Scatter/Gather: every rank sends block d to rank d."""
         ensure_configured()
         cdef double t0 = start(), t
-        if disabled or small(recvbuf, lo[ALLTOALL]):
+        if disabled or skip(self, ALLTOALL, recvbuf):
             to_mpi(self)
             _Stock.Alltoall(self, sendbuf, recvbuf)
             passed(ALLTOALL, t0)
@@ -1430,8 +1467,8 @@ class CommBase(_Intracomm):
         """Reduce-Scatter Block (every rank gets one equal block)."""
         ensure_configured()
         cdef double t0 = start(), t
-        if disabled or small(recvbuf if sendbuf is _IN_PLACE else sendbuf,
-                             lo[REDUCE_SCATTER_BLOCK]):
+        if disabled or skip(self, REDUCE_SCATTER_BLOCK,
+                            recvbuf if sendbuf is _IN_PLACE else sendbuf):
             to_mpi(self)
             _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
             passed(REDUCE_SCATTER_BLOCK, t0)
@@ -1560,7 +1597,7 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
     cdef Message send, recv
     cdef int code = 0, zc = 0
     stock = _Stock.Exscan if which == EXSCAN else _Stock.Scan
-    plan = plan_reduce(which, sendbuf, recvbuf, op, True)
+    plan = plan_reduce(self, which, sendbuf, recvbuf, op, True)
     state = state_of(self, which) if plan is not None else None
     if state is not None:
         send, recv, opc = plan
