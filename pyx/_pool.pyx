@@ -54,6 +54,7 @@ cdef extern from "cxl_kernels.h" nogil:
         uint64_t spin_polls
         double deadline_s
         double next_check_s
+        long sleep_ns
     uint64_t cxl_load_acquire(const uint64_t *p)
     void cxl_store_release(uint64_t *p, uint64_t v)
     void cxl_flush(const void *addr, size_t n, int invalidate)
@@ -62,6 +63,16 @@ cdef extern from "cxl_kernels.h" nogil:
     void cxl_copy_out(void *dst, const void *src, size_t n)
     void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
     int cxl_backoff(cxl_waiter *w)
+    int cxl_spun(cxl_waiter *w)
+    void cxl_fence()
+    int cxl_futex_sleep(cxl_waiter *w, const uint64_t *seq, uint64_t seen)
+    void cxl_futex_wake(const uint64_t *seq)
+    long cxl_sleep_first_ns
+    long cxl_sleep_max_ns
+    uint64_t cxl_futex_sleeps
+    uint64_t cxl_futex_timeouts
+    uint64_t cxl_futex_wakes
+    uint64_t cxl_backoff_rounds
     double cxl_now_s()
     int cxl_pid_gone(int64_t pid)
     cxl_reduce_fn cxl_reducer(int op, int type)

@@ -18,7 +18,11 @@
 #include <time.h>
 #include <errno.h>
 #include <signal.h>
+#include <limits.h>
+#include <unistd.h>
 #include <sys/types.h>
+#include <sys/syscall.h>
+#include <linux/futex.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -180,44 +184,132 @@ static inline int cxl_pid_gone(int64_t pid)
     return close_paren[2] == 'Z' || close_paren[2] == 'X';
 }
 
-/* Wait policy state: spin with pause, then sched_yield, then short sleeps. */
+/* Wait policy.  A waiter first spins (pause, then re-poll): the cheapest
+ * wait when the rank it waits for has a core of its own and arrives soon.
+ * Then it gets out of the way: on one host it sleeps in the kernel on the
+ * awaited word itself (cxl_futex_sleep: a futex on the peer's seq, which the
+ * peer wakes when it publishes -- see publish/wait_all in pool/protocol.pxi
+ * for how no wake-up is lost); elsewhere (ranks on other hosts, software
+ * coherence) it backs off: sched_yield, then short sleeps (cxl_backoff).
+ * Sleeps are bounded, so the waiter still keeps MPI progressing and checks
+ * its deadline and its peers' liveness. */
 typedef struct {
     uint64_t polls;
-    uint64_t spin_polls; /* polls with only a pause before yielding */
+    uint64_t spin_polls; /* polls with only a pause before getting out of the way */
     double deadline_s;   /* absolute monotonic time; <= 0: none */
     double next_check_s; /* next time to look at the clock / liveness */
+    long sleep_ns;       /* bound of the next futex sleep */
 } cxl_waiter;
 
-/* Spinning pays only when every rank has a core of its own; with more ranks
- * than cores (oversubscribed) the waiter yields from the first poll, so the
- * rank it waits for gets the core. */
+/* Spinning pays only when every rank has a core of its own and nothing
+ * else wants the cores (cxlmpi.group decides `spin`): then ~40 us of
+ * pause-polls (4096 x ~10 ns on a recent x86; a futex wake-up costs ~30 us
+ * in a VM).  Otherwise a few polls only, and the waiter sleeps: spinning
+ * would take the core from the rank it waits for. */
 #define CXL_SPIN_POLLS 4096u
+#define CXL_SHORT_SPIN_POLLS 64u
 #define CXL_YIELD_POLLS 65536u
+/* Futex sleeps start short (MPI progress soon after a wait begins) and
+ * double up to a bound (MPI progress, the deadline and liveness are looked
+ * at after each sleep).  Tests set both to an hour: a lost wake-up then
+ * hangs the job. */
+static long cxl_sleep_first_ns = 50000L;   /* 50 us */
+static long cxl_sleep_max_ns = 1000000L;   /* 1 ms */
+
+/* Process-wide counters of the wait policy (cxlmpi._pool.wait_counts). */
+static uint64_t cxl_futex_sleeps = 0;    /* FUTEX_WAITs made */
+static uint64_t cxl_futex_timeouts = 0;  /* ... that ended by their bound */
+static uint64_t cxl_futex_wakes = 0;     /* FUTEX_WAKEs made (a peer was asleep) */
+static uint64_t cxl_backoff_rounds = 0;  /* yields and naps (no futex) */
 
 static inline void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
 {
     w->polls = 0;
-    w->spin_polls = spin ? CXL_SPIN_POLLS : 0;
+    w->spin_polls = spin ? CXL_SPIN_POLLS : CXL_SHORT_SPIN_POLLS;
     w->deadline_s = timeout_s > 0 ? cxl_now_s() + timeout_s : 0.0;
     w->next_check_s = 0.0;
+    w->sleep_ns = cxl_sleep_first_ns;
 }
 
-/* One round of backing off; returns 1 when it is time to check the deadline
- * and peer liveness (about every 10 ms once past the spinning phase). */
-static inline int cxl_backoff(cxl_waiter *w)
+/* A full fence: a store before it is visible to every CPU before any load
+ * after it is made (store-load order, which acquire/release do not give). */
+static inline void cxl_fence(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Whether the waiter has spun long enough; counts the poll and pauses
+ * while it has not. */
+static inline int cxl_spun(cxl_waiter *w)
 {
     w->polls++;
     if (w->polls < w->spin_polls) { cxl_cpu_relax(); return 0; }
+    return 1;
+}
+
+/* Time to check the deadline and peer liveness (about every 10 ms)? */
+static inline int cxl_check_due(cxl_waiter *w)
+{
+    double now = cxl_now_s();
+    if (now < w->next_check_s) return 0;
+    w->next_check_s = now + 0.01;
+    return 1;
+}
+
+/* One round of backing off (no futex); returns 1 when it is time to check
+ * the deadline and peer liveness (about every 10 ms once past spinning). */
+static inline int cxl_backoff(cxl_waiter *w)
+{
+    if (!cxl_spun(w)) return 0;
+    cxl_backoff_rounds++;
     if (w->polls < CXL_YIELD_POLLS) sched_yield();
     else {
         struct timespec ts = {0, 20000}; /* 20 us */
         nanosleep(&ts, NULL);
     }
     if ((w->polls & 63u) != 0) return 0;
-    double now = cxl_now_s();
-    if (now < w->next_check_s) return 0;
-    w->next_check_s = now + 0.01;
-    return 1;
+    return cxl_check_due(w);
+}
+
+/* The futex word of a 64-bit sequence number: its low 32 bits. */
+static inline uint32_t *cxl_futex_word(const volatile uint64_t *seq)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (uint32_t *)seq + 1;
+#else
+    return (uint32_t *)seq;
+#endif
+}
+
+/* Sleep until *seq no longer holds `seen` (a FUTEX_WAKE on it), or the
+ * bound passes.  Not the private futex: the word lies in a MAP_SHARED
+ * mapping of another process.  Returns 1 when it is time to check the
+ * deadline and liveness, 0 when not, -1 when this mapping cannot take a
+ * futex (the caller backs off instead). */
+static inline int cxl_futex_sleep(cxl_waiter *w, const volatile uint64_t *seq, uint64_t seen)
+{
+    struct timespec ts = {w->sleep_ns / 1000000000L, w->sleep_ns % 1000000000L};
+    w->polls++;
+    cxl_futex_sleeps++;
+    long rc = syscall(SYS_futex, cxl_futex_word(seq), FUTEX_WAIT, (uint32_t)seen, &ts,
+                      NULL, 0);
+    if (rc != 0) {
+        if (errno == ETIMEDOUT) {
+            cxl_futex_timeouts++;
+            w->sleep_ns = w->sleep_ns * 2 < cxl_sleep_max_ns ? w->sleep_ns * 2
+                                                             : cxl_sleep_max_ns;
+        } else if (errno != EAGAIN && errno != EINTR) {
+            return -1;      /* ENOSYS, EFAULT, EINVAL: no futex here */
+        }
+    }
+    return cxl_check_due(w);
+}
+
+/* Wake every process asleep on *seq (cxl_futex_sleep). */
+static inline void cxl_futex_wake(const volatile uint64_t *seq)
+{
+    cxl_futex_wakes++;
+    syscall(SYS_futex, cxl_futex_word(seq), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /* ------------------------------------------------------- MPI progress
@@ -253,7 +345,8 @@ static inline void cxl_progress_poke(cxl_progress *p)
 
 /* Whether a waiter that has polled `polls` times calls MPI progress now:
  * every 256 polls while it spins (a few microseconds; a short wait never
- * pays for it), every 8th poll once it yields the core. */
+ * pays for it), every 8th poll once it yields the core (and before every
+ * futex sleep: see wait_all). */
 static inline int cxl_progress_due(uint64_t polls, uint64_t spin_polls)
 {
     return polls < spin_polls ? (polls & 255u) == 255u : (polls & 7u) == 7u;

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define CXL_MAGIC 0x31304c504d4c5843ull  /* "CXLMPL01" little-endian */
-#define CXL_LAYOUT_VERSION 2             /* 2: call signatures, pass marks */
+#define CXL_LAYOUT_VERSION 3             /* 2: call signatures, pass marks; 3: asleep */
 #define CXL_HEADER_NBYTES 4096
 #define CXL_CTRL_NBYTES 128
 
@@ -56,7 +56,11 @@ typedef struct {
                             *      [1] bytes (the same on every rank)
                             *      [2] its share of the block checksum */
     uint64_t passed;       /* +112 its last call sent to MPI */
-    uint64_t spare;        /* +120 */
+    uint64_t asleep;       /* +120 0, or the peer whose seq word this rank sleeps
+                            *      on (a futex; same host only): low 32 bits
+                            *      peer + 1, high 32 bits the step it awaits.
+                            *      Read by that peer after each store of its
+                            *      seq or passed, which then wakes it. */
 } cxl_ctrl;
 
 _Static_assert(sizeof(cxl_header) == 64, "cxl_header is one cache line");

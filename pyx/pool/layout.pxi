@@ -29,6 +29,7 @@ cdef extern from "cxl_layout.h" nogil:
         uint64_t value2[2]
         uint64_t sig[3][2]
         uint64_t passed
+        uint64_t asleep
 
 DEF PAGE_NBYTES = 4096
 
@@ -84,7 +85,8 @@ ctypedef struct state_t:
     size_t half_nbytes
     size_t slot_offset
     int sw                 # software coherence: flush/invalidate
-    int spin               # busy-poll before yielding (a core per rank)
+    int spin               # busy-poll before sleeping (a core per rank, not busy)
+    int no_futex           # a futex sleep failed here: back off instead
     double timeout_s
     int failed_rank        # set on error: a rank that never arrived
     int failed_code

@@ -1,7 +1,25 @@
 # The step protocol every algorithm is built from: publish a step (with the
 # call's signature at its first), wait for every rank (keeping MPI
-# progressing), header steps that agree on a value or on where buffers live.
+# progressing, sleeping where the kernel can wake the waiter), header steps
+# that agree on a value or on where buffers live.
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
+#
+# Sleeping on a peer's sequence number (ranks of one host, coherent memory).
+# A waiter that has spun long enough announces in its own control line whom
+# it sleeps on (`asleep`: the peer and the step), makes that store visible
+# to every CPU before it looks again (a full fence), reads the peer's seq
+# once more, and only then sleeps: FUTEX_WAIT on that word with the value it
+# just read, for a bounded time.  A publisher stores its seq, fences, reads
+# every peer's `asleep`, and when one names it makes one FUTEX_WAKE on its
+# seq word.  Store, fence, load on both sides: either the waiter's second
+# read sees the new seq (it does not sleep) or the publisher's read sees the
+# announcement (it wakes the word); a wake that comes before the waiter is
+# in the kernel finds the word changed, and FUTEX_WAIT returns at once.  So
+# no wake-up of a published step is lost, and a publisher pays a fence and
+# p - 1 loads per step, a system call only when a peer sleeps on it.  (A
+# peer that sends the call to MPI instead stores `passed`, not a new seq: it
+# wakes its sleepers too, but one that was about to sleep then sleeps out
+# its bound, at most 1 ms.)
 
 
 cdef inline void publish(state_t *st) noexcept nogil:
@@ -20,6 +38,29 @@ cdef inline void publish(state_t *st) noexcept nogil:
     cxl_store_release(&line.seq, st.step)
     if st.sw:
         cxl_flush(line, CTRL_NBYTES // 2, 0)
+    else:
+        wake_sleepers(st)
+
+
+cdef inline void wake_sleepers(state_t *st) noexcept nogil:
+    """After this rank stored its seq (or passed): wake the peers that
+    announced they sleep on its seq word -- one system call, and only when
+    one did (see the top of this file)."""
+    cdef int q
+    cdef uint32_t me = <uint32_t>st.rank + 1
+    cxl_fence()
+    for q in range(st.size):
+        if q != st.rank and <uint32_t>cxl_load_acquire(&ctrl(st, q).asleep) == me:
+            cxl_futex_wake(&ctrl(st, st.rank).seq)
+            return
+
+
+cdef inline bint may_sleep_on(state_t *st, cxl_ctrl *line) noexcept nogil:
+    """Whether this rank may sleep on peer `line`'s seq word: both on one
+    host (a futex is a kernel object of its host; the pool knows each
+    rank's host), coherent memory (sw mode is memory shared across hosts),
+    and futexes work on this mapping (they failed here once: no_futex)."""
+    return not st.sw and not st.no_futex and line.host == ctrl(st, st.rank).host
 
 
 cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
@@ -69,6 +110,8 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     cxl_store_release(&mine.seq, st.step)
     if st.sw:
         cxl_flush(mine, CTRL_NBYTES // 2, 0)
+    else:
+        wake_sleepers(st)
     return 1
 
 
@@ -83,6 +126,8 @@ cdef void mark_passed(void *state) noexcept nogil:
     cxl_store_release(&line.passed, st.ops)
     if st.sw:
         cxl_flush(line.sig, CTRL_NBYTES // 2, 0)
+    else:
+        wake_sleepers(st)
 
 
 cdef int check_signatures(state_t *st) noexcept nogil:
@@ -135,54 +180,104 @@ cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nog
 
 cdef int wait_all(state_t *st) noexcept nogil:
     """Wait until every rank has published the current step, keeping MPI
-    progressing meanwhile.  At a call's first step, also: a peer that sent
-    this call to MPI sends every rank there (ERR_PASSED), and the ranks'
-    calls must match (ERR_MISMATCH)."""
-    cdef int q, rc
+    progressing meanwhile: spin briefly, then sleep on the awaited peer's
+    seq word (may_sleep_on) or back off.  At a call's first step, also: a
+    peer that sent this call to MPI sends every rank there (ERR_PASSED),
+    and the ranks' calls must match (ERR_MISMATCH)."""
+    cdef int q, due, passed, rc = OK
     cdef cxl_ctrl *line
+    cdef cxl_ctrl *mine = ctrl(st, st.rank)
     cdef cxl_waiter w
     cdef bint first = st.sig_pending
+    cdef bint sleeps, announced
+    cdef uint64_t seen
     st.sig_pending = 0
     cxl_waiter_init(&w, st.timeout_s, st.spin)
     for q in range(st.size):
         if q == st.rank:
             continue
         line = ctrl(st, q)
+        sleeps = may_sleep_on(st, line)
+        announced = False
         while True:
             if st.sw:
                 cxl_flush(line, 8, 1)
-            rc = 0
-            if cxl_load_acquire(&line.seq) >= st.step:
+            passed = 0
+            seen = cxl_load_acquire(&line.seq)
+            if seen >= st.step:
                 # (a step from another call: q passed this one, then went
                 # on; or an earlier call of q's that this rank passed)
                 if first:
-                    rc = passed_on(st, line, True)
-                if rc != 2 and rc >= 0:
-                    if rc == 1:
-                        return ERR_PASSED
+                    passed = passed_on(st, line, True)
+                if passed == 0:
                     break
             elif first:
-                rc = passed_on(st, line, False)
-                if rc == 1:
-                    return ERR_PASSED
-            if rc < 0:
+                passed = passed_on(st, line, False)
+            if passed == 1:
+                rc = ERR_PASSED
+                break
+            if passed < 0:
                 st.failed_rank = q
-                st.failed_code = ERR_MISMATCH
-                return ERR_MISMATCH
-            if st.progress.iprobe != NULL and cxl_progress_due(w.polls, w.spin_polls):
-                cxl_progress_poke(&st.progress)
-            if cxl_backoff(&w):
+                st.failed_code = rc = ERR_MISMATCH
+                break
+            due = 0
+            if sleeps and w.polls >= w.spin_polls:
+                if not announced:
+                    # say whom this rank sleeps on, then look once more
+                    cxl_store_release(&mine.asleep, (st.step << 32) | <uint64_t>(q + 1))
+                    cxl_fence()
+                    announced = True
+                    continue
+                if st.progress.iprobe != NULL:
+                    cxl_progress_poke(&st.progress)
+                due = cxl_futex_sleep(&w, &line.seq, seen)
+                if due < 0:
+                    st.no_futex = 1   # this mapping takes no futex: back off
+                    sleeps = False
+                    due = 0
+            else:
+                if st.progress.iprobe != NULL and cxl_progress_due(w.polls, w.spin_polls):
+                    cxl_progress_poke(&st.progress)
+                if sleeps:
+                    cxl_spun(&w)
+                else:
+                    due = cxl_backoff(&w)
+            if due:
                 if cxl_pid_gone(line.pid):
                     st.failed_rank = q
-                    st.failed_code = ERR_PEER_GONE
-                    return ERR_PEER_GONE
+                    st.failed_code = rc = ERR_PEER_GONE
+                    break
                 if w.deadline_s > 0 and cxl_now_s() > w.deadline_s:
                     st.failed_rank = q
-                    st.failed_code = ERR_TIMEOUT
-                    return ERR_TIMEOUT
+                    st.failed_code = rc = ERR_TIMEOUT
+                    break
+        if announced:
+            cxl_store_release(&mine.asleep, 0)
+        if rc != OK:
+            return rc
     if first:
         return check_signatures(st)
     return OK
+
+
+def wait_counts():
+    """This process's waits so far: ``futex_sleeps`` (sleeps on a peer's
+    word), ``futex_timeouts`` (those that ended by their bound, not by a
+    wake-up), ``futex_wakes`` (wake-ups this process made: a peer was
+    asleep on it), ``backoff_rounds`` (yields and naps where no futex
+    applies)."""
+    return {"futex_sleeps": cxl_futex_sleeps, "futex_timeouts": cxl_futex_timeouts,
+            "futex_wakes": cxl_futex_wakes, "backoff_rounds": cxl_backoff_rounds}
+
+
+def set_sleep_bounds(double first_s, double max_s):
+    """Bounds of one futex sleep: the first of a wait (default 50 us), and
+    the most it grows to, doubling (default 1 ms).  MPI progress, the
+    deadline and peer liveness are looked at after each sleep.  Tests set
+    both to an hour, so that a lost wake-up hangs the job."""
+    global cxl_sleep_first_ns, cxl_sleep_max_ns
+    cxl_sleep_first_ns = max(<long>(first_s * 1e9), 1000)
+    cxl_sleep_max_ns = max(<long>(max_s * 1e9), cxl_sleep_first_ns)
 
 
 cdef inline int step_all(state_t *st) noexcept nogil:
