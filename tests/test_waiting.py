@@ -1,0 +1,64 @@
+"""Ranks that wait in the pool get out of the way of the rank they wait for
+(issue 12, item 4): on one host they sleep on the peer's control word and
+the peer wakes them; where no futex can reach (another host) they back off.
+
+Each test launches whole MPI jobs (tests/scripts/waiting.py) in which
+every futex sleep is bounded by an hour, so that a lost wake-up hangs the
+job (and fails the test) instead of costing a millisecond; results are
+compared with stock MPI's on the same data.  Nothing here measures time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import SMALL_POOL_ENV, launch_mpi
+
+WAITING = "tests/scripts/waiting.py"
+
+
+def run(nranks: int, scenario: str) -> list[dict]:
+    """Every rank's verdict and wait counters from one job of waiting.py."""
+    job = launch_mpi(nranks, [WAITING, scenario], env=dict(SMALL_POOL_ENV, CXLMPI_TIMEOUT="60"),
+                     timeout=120)
+    assert job.returncode == 0, job.describe()
+    found = [line[len("RESULT "):] for line in job.stdout.splitlines()
+             if line.startswith("RESULT ")]
+    assert len(found) == 1, job.describe()
+    every = json.loads(found[0])
+    assert [r["ok"] for r in every] == [True] * nranks, every
+    return every
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_sleeping_waiter_is_woken(nranks: int) -> None:
+    """Rank 0 computes while its peers wait for it in a pool Barrier: they
+    fall asleep on rank 0's control word, and rank 0's arrival wakes them
+    (no sleep ends by its one-hour bound: without the wake-up the job
+    hangs)."""
+    every = run(nranks, "woken")
+    assert every[0]["futex_wakes"] >= 1, every
+    for counts in every[1:]:
+        assert counts["futex_sleeps"] >= 1 and counts["futex_timeouts"] == 0, every
+
+
+def test_a_peer_on_another_host_is_not_slept_on() -> None:
+    """The last rank looks as if on another host: it never sleeps on a
+    futex, nor does anyone sleep on its word (it backs off instead), while
+    the ranks of one host still sleep on rank 0 and are woken."""
+    every = run(3, "other-host")
+    assert every[2]["futex_sleeps"] == 0 and every[2]["backoff_rounds"] > 0, every
+    assert every[1]["futex_sleeps"] >= 1 and every[0]["futex_wakes"] >= 1, every
+
+
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_more_ranks_than_cores_match_stock(nranks: int) -> None:
+    """Collectives of every family with ranks arriving at different times
+    (more ranks than this machine's cores in the suite's usual setting):
+    every result equals stock MPI's, and waiters did sleep and get woken
+    (none by the one-hour bound)."""
+    every = run(nranks, "loop")
+    assert sum(r["futex_sleeps"] for r in every) > 0, every
+    assert sum(r["futex_wakes"] for r in every) > 0, every
+    assert sum(r["futex_timeouts"] for r in every) == 0, every
