@@ -81,7 +81,12 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
             "CXLMPI_COHERENCE=sw needs user-space cache flushes (x86-64 clwb/"
             "clflushopt/clflush, aarch64 DC CVAC/CIVAC); this CPU has none")
     local, node_size = _pool_group(comm, spec, cfg.pool_groups)
-    # Busy-poll only with a core per rank of the node; else yield at once.
+    # Busy-poll only with a core per rank of the node; else the ranks that
+    # share a CPU take turns (yield) before sleeping.  Not shortened when
+    # other processes keep the CPUs busy: a waiter that sleeps at once then
+    # waits for its core behind them (measured with a CPU-bound process
+    # beside 2 ranks on 2 cores); a peer queued on the waiter's own CPU is
+    # yielded to in any case (pool/protocol.pxi).
     spin = node_size <= len(os.sched_getaffinity(0))
     try:
         groups = _groups(comm, local)

@@ -55,8 +55,11 @@ cdef extern from "cxl_kernels.h" nogil:
         double deadline_s
         double next_check_s
         long sleep_ns
+        int yielding
     uint64_t cxl_load_acquire(const uint64_t *p)
     void cxl_store_release(uint64_t *p, uint64_t v)
+    uint32_t cxl_load32(const uint32_t *p)
+    void cxl_store32(uint32_t *p, uint32_t v)
     void cxl_flush(const void *addr, size_t n, int invalidate)
     uint64_t cxl_flush_meta(const void *addr, size_t n, int invalidate)
     void cxl_copy(void *dst, const void *src, size_t n)
@@ -64,6 +67,8 @@ cdef extern from "cxl_kernels.h" nogil:
     void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
     int cxl_backoff(cxl_waiter *w)
     int cxl_spun(cxl_waiter *w)
+    uint32_t cxl_this_cpu()
+    int cxl_hand_over(cxl_waiter *w)
     void cxl_fence()
     int cxl_futex_sleep(cxl_waiter *w, const uint64_t *seq, uint64_t seen)
     void cxl_futex_wake(const uint64_t *seq)
@@ -73,6 +78,7 @@ cdef extern from "cxl_kernels.h" nogil:
     uint64_t cxl_futex_timeouts
     uint64_t cxl_futex_wakes
     uint64_t cxl_backoff_rounds
+    uint64_t cxl_hand_overs
     double cxl_now_s()
     int cxl_pid_gone(int64_t pid)
     cxl_reduce_fn cxl_reducer(int op, int type)

@@ -46,6 +46,17 @@ static inline void cxl_store_release(volatile uint64_t *p, uint64_t v)
     __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE);
 }
 
+/* The same for 32-bit words (a control line's asleep and cpu). */
+static inline uint32_t cxl_load32(const volatile uint32_t *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static inline void cxl_store32(volatile uint32_t *p, uint32_t v)
+{
+    __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELEASE);
+}
+
 static inline void cxl_cpu_relax(void)
 {
 #if CXL_X86
@@ -185,29 +196,38 @@ static inline int cxl_pid_gone(int64_t pid)
 }
 
 /* Wait policy.  A waiter first spins (pause, then re-poll): the cheapest
- * wait when the rank it waits for has a core of its own and arrives soon.
- * Then it gets out of the way: on one host it sleeps in the kernel on the
- * awaited word itself (cxl_futex_sleep: a futex on the peer's seq, which the
- * peer wakes when it publishes -- see publish/wait_all in pool/protocol.pxi
- * for how no wake-up is lost); elsewhere (ranks on other hosts, software
- * coherence) it backs off: sched_yield, then short sleeps (cxl_backoff).
- * Sleeps are bounded, so the waiter still keeps MPI progressing and checks
- * its deadline and its peers' liveness. */
+ * wait when the rank it waits for runs on another CPU and arrives soon.
+ * When that rank last waited on the waiter's own CPU, it is likely queued
+ * behind the waiter: spinning would keep it off the very core it needs, so
+ * the waiter yields the CPU to it instead (cxl_hand_over), as it does with
+ * more ranks than cores.  Then it gets out of the way: on one host it
+ * sleeps in the kernel on the awaited word itself (cxl_futex_sleep: a
+ * futex on the peer's seq, which the peer wakes when it publishes -- see
+ * publish/wait_all in pool/protocol.pxi for how no wake-up is lost);
+ * elsewhere (ranks on other hosts, software coherence) it backs off:
+ * sched_yield, then short sleeps (cxl_backoff).  Sleeps are bounded, so
+ * the waiter still keeps MPI progressing and checks its deadline and its
+ * peers' liveness. */
 typedef struct {
     uint64_t polls;
     uint64_t spin_polls; /* polls with only a pause before getting out of the way */
     double deadline_s;   /* absolute monotonic time; <= 0: none */
     double next_check_s; /* next time to look at the clock / liveness */
     long sleep_ns;       /* bound of the next futex sleep */
+    int yielding;        /* hands the CPU over (yields) before it sleeps ... */
+    double yield_end_s;  /* ... until then (0: not yet begun) */
 } cxl_waiter;
 
-/* Spinning pays only when every rank has a core of its own and nothing
- * else wants the cores (cxlmpi.group decides `spin`): then ~40 us of
- * pause-polls (4096 x ~10 ns on a recent x86; a futex wake-up costs ~30 us
- * in a VM).  Otherwise a few polls only, and the waiter sleeps: spinning
- * would take the core from the rank it waits for. */
+/* Spinning pays when every rank has a core of its own (cxlmpi.group
+ * decides `spin`): ~40 us of pause-polls (4096 x ~10 ns on a recent x86),
+ * about what sleeping and being woken costs (~30 us in a VM), so a wait
+ * never costs much more than twice the better of the two.  With more ranks
+ * than cores the ranks sharing a CPU take turns: a waiter yields (the rank
+ * queued behind it runs at once, no wake-up to pay) for up to
+ * CXL_HAND_OVER_S, about a scheduler slice, before it sleeps; so does a
+ * spinning waiter whose peer last waited on its CPU. */
 #define CXL_SPIN_POLLS 4096u
-#define CXL_SHORT_SPIN_POLLS 64u
+#define CXL_HAND_OVER_S 0.001
 #define CXL_YIELD_POLLS 65536u
 /* Futex sleeps start short (MPI progress soon after a wait begins) and
  * double up to a bound (MPI progress, the deadline and liveness are looked
@@ -221,14 +241,17 @@ static uint64_t cxl_futex_sleeps = 0;    /* FUTEX_WAITs made */
 static uint64_t cxl_futex_timeouts = 0;  /* ... that ended by their bound */
 static uint64_t cxl_futex_wakes = 0;     /* FUTEX_WAKEs made (a peer was asleep) */
 static uint64_t cxl_backoff_rounds = 0;  /* yields and naps (no futex) */
+static uint64_t cxl_hand_overs = 0;      /* yields to the ranks sharing the CPU */
 
 static inline void cxl_waiter_init(cxl_waiter *w, double timeout_s, int spin)
 {
     w->polls = 0;
-    w->spin_polls = spin ? CXL_SPIN_POLLS : CXL_SHORT_SPIN_POLLS;
+    w->spin_polls = spin ? CXL_SPIN_POLLS : 0;
     w->deadline_s = timeout_s > 0 ? cxl_now_s() + timeout_s : 0.0;
     w->next_check_s = 0.0;
     w->sleep_ns = cxl_sleep_first_ns;
+    w->yielding = !spin;
+    w->yield_end_s = 0.0;
 }
 
 /* A full fence: a store before it is visible to every CPU before any load
@@ -269,6 +292,31 @@ static inline int cxl_backoff(cxl_waiter *w)
     }
     if ((w->polls & 63u) != 0) return 0;
     return cxl_check_due(w);
+}
+
+int sched_getcpu(void);   /* <sched.h> declares it only with _GNU_SOURCE */
+
+/* 1 + the CPU this thread runs on now (0: unknown). */
+static inline uint32_t cxl_this_cpu(void)
+{
+    int cpu = sched_getcpu();
+    return cpu < 0 ? 0u : (uint32_t)cpu + 1u;
+}
+
+/* One yield of the CPU to the ranks queued on it (w->yielding ends after
+ * CXL_HAND_OVER_S of them); returns 1 when it is time to check the
+ * deadline and peer liveness. */
+static inline int cxl_hand_over(cxl_waiter *w)
+{
+    w->polls++;
+    cxl_hand_overs++;
+    if (w->yield_end_s == 0.0) w->yield_end_s = cxl_now_s() + CXL_HAND_OVER_S;
+    sched_yield();
+    double now = cxl_now_s();
+    if (now >= w->yield_end_s) w->yielding = 0;
+    if (now < w->next_check_s) return 0;
+    w->next_check_s = now + 0.01;
+    return 1;
 }
 
 /* The futex word of a 64-bit sequence number: its low 32 bits. */

@@ -56,11 +56,13 @@ typedef struct {
                             *      [1] bytes (the same on every rank)
                             *      [2] its share of the block checksum */
     uint64_t passed;       /* +112 its last call sent to MPI */
-    uint64_t asleep;       /* +120 0, or the peer whose seq word this rank sleeps
-                            *      on (a futex; same host only): low 32 bits
-                            *      peer + 1, high 32 bits the step it awaits.
-                            *      Read by that peer after each store of its
-                            *      seq or passed, which then wakes it. */
+    uint32_t asleep;       /* +120 0, or 1 + the peer whose seq word this rank
+                            *      sleeps on (a futex; same host only), read
+                            *      by that peer after each store of its seq or
+                            *      passed, which then wakes it */
+    uint32_t cpu;          /* +124 1 + the CPU this rank last waited on (0:
+                            *      unknown): a peer does not spin for a rank
+                            *      queued behind it on its own CPU */
 } cxl_ctrl;
 
 _Static_assert(sizeof(cxl_header) == 64, "cxl_header is one cache line");

@@ -29,7 +29,8 @@ cdef extern from "cxl_layout.h" nogil:
         uint64_t value2[2]
         uint64_t sig[3][2]
         uint64_t passed
-        uint64_t asleep
+        uint32_t asleep
+        uint32_t cpu
 
 DEF PAGE_NBYTES = 4096
 

@@ -6,13 +6,14 @@
 #
 # Sleeping on a peer's sequence number (ranks of one host, coherent memory).
 # A waiter that has spun long enough announces in its own control line whom
-# it sleeps on (`asleep`: the peer and the step), makes that store visible
-# to every CPU before it looks again (a full fence), reads the peer's seq
-# once more, and only then sleeps: FUTEX_WAIT on that word with the value it
-# just read, for a bounded time.  A publisher stores its seq, fences, reads
-# every peer's `asleep`, and when one names it makes one FUTEX_WAKE on its
-# seq word.  Store, fence, load on both sides: either the waiter's second
-# read sees the new seq (it does not sleep) or the publisher's read sees the
+# it sleeps on (`asleep`: the peer -- a peer is only ever awaited at its
+# next step, so the step need not be said), makes that store visible to
+# every CPU before it looks again (a full fence), reads the peer's seq once
+# more, and only then sleeps: FUTEX_WAIT on that word with the value it just
+# read, for a bounded time.  A publisher stores its seq, fences, reads every
+# peer's `asleep`, and when one names it makes one FUTEX_WAKE on its seq
+# word.  Store, fence, load on both sides: either the waiter's second read
+# sees the new seq (it does not sleep) or the publisher's read sees the
 # announcement (it wakes the word); a wake that comes before the waiter is
 # in the kernel finds the word changed, and FUTEX_WAIT returns at once.  So
 # no wake-up of a published step is lost, and a publisher pays a fence and
@@ -20,6 +21,11 @@
 # peer that sends the call to MPI instead stores `passed`, not a new seq: it
 # wakes its sleepers too, but one that was about to sleep then sleeps out
 # its bound, at most 1 ms.)
+#
+# Each waiter also notes the CPU it waits on (`cpu`); a rank about to spin
+# for a peer that last waited on its own CPU yields to it instead.  Both
+# words only change how long a rank spins, yields or sleeps, never what it
+# does: every rank decides alone.
 
 
 cdef inline void publish(state_t *st) noexcept nogil:
@@ -50,7 +56,7 @@ cdef inline void wake_sleepers(state_t *st) noexcept nogil:
     cdef uint32_t me = <uint32_t>st.rank + 1
     cxl_fence()
     for q in range(st.size):
-        if q != st.rank and <uint32_t>cxl_load_acquire(&ctrl(st, q).asleep) == me:
+        if q != st.rank and cxl_load32(&ctrl(st, q).asleep) == me:
             cxl_futex_wake(&ctrl(st, st.rank).seq)
             return
 
@@ -180,10 +186,11 @@ cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nog
 
 cdef int wait_all(state_t *st) noexcept nogil:
     """Wait until every rank has published the current step, keeping MPI
-    progressing meanwhile: spin briefly, then sleep on the awaited peer's
-    seq word (may_sleep_on) or back off.  At a call's first step, also: a
-    peer that sent this call to MPI sends every rank there (ERR_PASSED),
-    and the ranks' calls must match (ERR_MISMATCH)."""
+    progressing meanwhile: spin briefly (or yield to the awaited peer when
+    it last waited on this CPU), then sleep on its seq word (may_sleep_on)
+    or back off.  At a call's first step, also: a peer that sent this call
+    to MPI sends every rank there (ERR_PASSED), and the ranks' calls must
+    match (ERR_MISMATCH)."""
     cdef int q, due, passed, rc = OK
     cdef cxl_ctrl *line
     cdef cxl_ctrl *mine = ctrl(st, st.rank)
@@ -191,13 +198,23 @@ cdef int wait_all(state_t *st) noexcept nogil:
     cdef bint first = st.sig_pending
     cdef bint sleeps, announced
     cdef uint64_t seen
+    cdef uint32_t cpu = 0
     st.sig_pending = 0
     cxl_waiter_init(&w, st.timeout_s, st.spin)
+    if not st.sw:
+        cpu = cxl_this_cpu()
+        if cxl_load32(&mine.cpu) != cpu:
+            cxl_store32(&mine.cpu, cpu)
     for q in range(st.size):
         if q == st.rank:
             continue
         line = ctrl(st, q)
         sleeps = may_sleep_on(st, line)
+        if sleeps and cpu != 0 and cxl_load32(&line.cpu) == cpu and w.polls < w.spin_polls:
+            # q last waited on this very CPU, so it is likely queued behind
+            # this rank: spinning would keep it off its core; yield to it
+            w.polls = w.spin_polls
+            w.yielding = True
         announced = False
         while True:
             if st.sw:
@@ -221,10 +238,10 @@ cdef int wait_all(state_t *st) noexcept nogil:
                 st.failed_code = rc = ERR_MISMATCH
                 break
             due = 0
-            if sleeps and w.polls >= w.spin_polls:
+            if sleeps and w.polls >= w.spin_polls and not w.yielding:
                 if not announced:
                     # say whom this rank sleeps on, then look once more
-                    cxl_store_release(&mine.asleep, (st.step << 32) | <uint64_t>(q + 1))
+                    cxl_store32(&mine.asleep, q + 1)
                     cxl_fence()
                     announced = True
                     continue
@@ -238,7 +255,9 @@ cdef int wait_all(state_t *st) noexcept nogil:
             else:
                 if st.progress.iprobe != NULL and cxl_progress_due(w.polls, w.spin_polls):
                     cxl_progress_poke(&st.progress)
-                if sleeps:
+                if sleeps and w.yielding and w.polls >= w.spin_polls:
+                    due = cxl_hand_over(&w)
+                elif sleeps:
                     cxl_spun(&w)
                 else:
                     due = cxl_backoff(&w)
@@ -252,7 +271,7 @@ cdef int wait_all(state_t *st) noexcept nogil:
                     st.failed_code = rc = ERR_TIMEOUT
                     break
         if announced:
-            cxl_store_release(&mine.asleep, 0)
+            cxl_store32(&mine.asleep, 0)
         if rc != OK:
             return rc
     if first:
@@ -264,10 +283,11 @@ def wait_counts():
     """This process's waits so far: ``futex_sleeps`` (sleeps on a peer's
     word), ``futex_timeouts`` (those that ended by their bound, not by a
     wake-up), ``futex_wakes`` (wake-ups this process made: a peer was
-    asleep on it), ``backoff_rounds`` (yields and naps where no futex
-    applies)."""
+    asleep on it), ``hand_overs`` (yields to the ranks sharing the CPU),
+    ``backoff_rounds`` (yields and naps where no futex applies)."""
     return {"futex_sleeps": cxl_futex_sleeps, "futex_timeouts": cxl_futex_timeouts,
-            "futex_wakes": cxl_futex_wakes, "backoff_rounds": cxl_backoff_rounds}
+            "futex_wakes": cxl_futex_wakes, "hand_overs": cxl_hand_overs,
+            "backoff_rounds": cxl_backoff_rounds}
 
 
 def set_sleep_bounds(double first_s, double max_s):
