@@ -31,12 +31,13 @@ def run(nranks: int, scenario: str) -> list[dict]:
     return every
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_a_sleeping_waiter_is_woken(nranks: int) -> None:
     """Rank 0 computes while its peers wait for it in a pool Barrier: they
-    fall asleep on rank 0's control word, and rank 0's arrival wakes them
-    (no sleep ends by its one-hour bound: without the wake-up the job
-    hangs)."""
+    fall asleep on rank 0's control word (at 3 and 4 ranks, more than this
+    machine's cores, after yielding to it for a while), and rank 0's
+    arrival wakes them (no sleep ends by its one-hour bound: without the
+    wake-up the job hangs)."""
     every = run(nranks, "woken")
     assert every[0]["futex_wakes"] >= 1, every
     for counts in every[1:]:
@@ -56,9 +57,9 @@ def test_a_peer_on_another_host_is_not_slept_on() -> None:
 def test_more_ranks_than_cores_match_stock(nranks: int) -> None:
     """Collectives of every family with ranks arriving at different times
     (more ranks than this machine's cores in the suite's usual setting):
-    every result equals stock MPI's, and waiters did sleep and get woken
-    (none by the one-hour bound)."""
+    every result equals stock MPI's; waiters got out of the way (yielded
+    to the ranks sharing their CPU, or slept), and no sleep ended by its
+    one-hour bound (a lost wake-up hangs the job)."""
     every = run(nranks, "loop")
-    assert sum(r["futex_sleeps"] for r in every) > 0, every
-    assert sum(r["futex_wakes"] for r in every) > 0, every
+    assert sum(r["hand_overs"] + r["futex_sleeps"] for r in every) > 0, every
     assert sum(r["futex_timeouts"] for r in every) == 0, every

@@ -8,7 +8,8 @@ growing to 1 ms), so that a lost wake-up hangs the job instead of costing
 a millisecond, and every sleep ends by a wake-up.
 
 - woken:      rank 0 computes (a fixed amount of work) while the other ranks
-              wait for it in a pool Barrier, long enough to fall asleep.
+              wait for it in a pool Barrier, long enough to fall asleep
+              (with more ranks than cores, after yielding for 1 ms).
 - other-host: the same, but the last rank takes another host's identity
               before the pool is set up: its peers could not wake it through
               a futex, nor it them, so it backs off (the others, on one
@@ -84,7 +85,7 @@ elif scenario == "loop":
         for n in (8, 1000, 9000):
             x = (np.arange(n, dtype=np.int64) + 7 * it) * (rank + 1)
             root = (it + n) % size
-            work((it + rank) % 3)               # arrive at different times
+            work(5 * ((it + rank) % 3))         # arrive at different times
             blocks = np.repeat(x[:, None], size, axis=1).ravel()
             ok &= same(lambda c, s, r: c.Allreduce(s, r), x, x)
             ok &= same(lambda c, s, r, root=root: c.Reduce(s, r, op=MPI.MAX, root=root), x, x)
