@@ -5,13 +5,13 @@ the target of passive-target RMA, the receiver of a rendezvous send it posted
 earlier, a participant of a pending nonblocking collective.  MPI libraries
 move such operations only while the process is inside MPI, so a pool waiter
 calls MPI_Iprobe now and then (cxl_kernels.h: every 256 polls while it
-spins, every 8th once it yields), as MPICH's own shared-memory collectives
-poll and then call progress.  The probe is on a private duplicate of the
-pool's communicator that nothing is ever sent to, so it never matches
-(MPICH does not run its progress engine for a probe on a one-rank
-communicator such as COMM_SELF).  It is made from the thread that called
-the collective, inside that MPI call, which every MPI thread level allows,
-and without the GIL, so MPI callbacks that need it can run.
+spins, every 8th once it yields, before every futex sleep), as MPICH's own
+shared-memory collectives poll and then call progress.  The probe is on a
+private duplicate of the pool's communicator that nothing is ever sent to,
+so it never matches (MPICH does not run its progress engine for a probe
+on a one-rank communicator such as COMM_SELF).  It is made from the thread
+that called the collective, inside that MPI call, which every MPI thread
+level allows, and without the GIL, so MPI callbacks that need it can run.
 
 cxlmpi links no MPI library (one build serves MPICH and Open MPI), so the
 address of MPI_Iprobe is looked up in the library mpi4py loaded.
