@@ -302,7 +302,8 @@ class Learner:
         if runner_s is None or not math.isfinite(runner_s) or best_s <= 0:
             self.interval = MAX_INTERVAL
             return
-        cost = max(runner_s - best_s, 0.0) + 3 * LEARN_OVERHEAD_S
+        # (a re-check times a run of each: run_len calls of the other path)
+        cost = self.run_len * max(runner_s - best_s, 0.0) + 3 * LEARN_OVERHEAD_S
         want = int(cost / (CHECK_SHARE * best_s))
         if runner_s < 1.1 * best_s:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want))

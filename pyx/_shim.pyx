@@ -714,7 +714,7 @@ cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:
     return code if code != 0 else FOLLOW
 
 
-cdef inline bint skip(object comm, int which, object obj) except -1:
+cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) except -1:
     """`small(obj, lo[which])`, and: the class of a bare numpy array `obj`
     (its bytes are the call's, all blocks together) is settled on MPI --
     decided before any message parsing, from what every rank holds alike
@@ -730,7 +730,7 @@ cdef inline bint skip(object comm, int which, object obj) except -1:
         _ndarray = numpy.ndarray
     if type(obj) is not _ndarray:
         return False
-    cdef Py_ssize_t nbytes = obj.nbytes
+    cdef Py_ssize_t nbytes = obj.nbytes * scale
     if nbytes < lo[which]:
         return True
     if not adaptive:
@@ -1190,7 +1190,9 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
         cdef Py_ssize_t block = -1
-        if not disabled and lo[GATHER] != NEVER and 0 <= root < size:
+        if not disabled and lo[GATHER] != NEVER and 0 <= root < size and \
+                not (skip(self, GATHER, recvbuf) if rank == root
+                     else skip(self, GATHER, sendbuf, size)):
             if rank == root:
                 recv = parse(recvbuf, True, size)
                 if recv is not None:
@@ -1280,7 +1282,9 @@ class CommBase(_Intracomm):
         cdef Message send = None, recv = None
         cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
         cdef Py_ssize_t block = -1
-        if not disabled and lo[SCATTER] != NEVER and 0 <= root < size:
+        if not disabled and lo[SCATTER] != NEVER and 0 <= root < size and \
+                not (skip(self, SCATTER, sendbuf) if rank == root
+                     else skip(self, SCATTER, recvbuf, size)):
             if rank == root:
                 send = parse(sendbuf, False, size)
                 if send is not None:
