@@ -63,11 +63,11 @@ def test_ranks_that_disagree_all_raise(nranks: int) -> None:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_a_passed_call_never_stands_for_the_next(nranks: int) -> None:
-    """Rank 0 sends a Bcast to MPI (its message is small) and goes straight
-    on to a pool Allreduce while its peers still sit at their first step of
-    the Bcast: their stale step must not be read as the Allreduce's (it was
-    a mismatch error, or a timeout, now and then before); a thousand times,
-    every Allreduce equals stock's."""
+    """Rank 0 sends a Bcast to MPI (its message has a derived datatype: the
+    same bytes) and goes straight on to a pool Allreduce while its peers
+    still sit at their first step of the Bcast: their stale step must not be
+    read as the Allreduce's (it was a mismatch error, or a timeout, now and
+    then before); a thousand times, every result equals stock's."""
     env = {"CXLMPI_TUNING": "pool", "CXLMPI_THRESHOLD": "1K", "CXLMPI_TIMEOUT": "30"}
     proc = run_mpi(nranks, [FOLLOW_RACE, "1000"], env=env, timeout=120)
     assert tagged(proc.stdout, "RESULT") == {"errors": [], "wrong": 0}

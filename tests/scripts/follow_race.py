@@ -5,9 +5,11 @@ over: the peer's stale step must never be taken for the next call.
 
     mpiexec -n N python follow_race.py [rounds]
 
-Run with CXLMPI_TUNING=pool and a 1 KiB threshold: rank 0's Bcast is 16
-bytes (MPI), the others' 64 KiB (the pool, then MPI by following).  Prints
-RESULT {"errors": [...], "wrong": calls whose result differed}.
+Run with CXLMPI_TUNING=pool and a 1 KiB threshold: rank 0 broadcasts 64
+KiB as 1024 elements of a derived datatype (which the pool does not take:
+MPI), the others receive 64 KiB of bytes (the pool, then MPI by
+following) -- the same type signature, a valid MPI program.  Prints RESULT
+{"errors": [...], "wrong": calls whose result differed}.
 """
 
 import json
@@ -26,18 +28,18 @@ a = np.ones(4096)
 b = np.empty_like(a)
 comm.Allreduce(a, b)   # the pool is set up (collective) before the ranks disagree
 errors, wrong = [], 0
+block = MPI.BYTE.Create_contiguous(64).Commit()
 for i in range(rounds):
-    buf = np.full(16 if rank == 0 else 1 << 16, 7 if rank == 0 else 0, np.uint8)
+    buf = np.full(1 << 16, (i % 251) + 1 if rank == 0 else 0, np.uint8)
     try:
-        comm.Bcast(buf, 0)        # stock MPI: the receivers' buffers are larger
-    except MPI.Exception:
-        pass                      # (MPICH reports the truncation on receivers)
-    try:
+        comm.Bcast([buf, 1024, block] if rank == 0 else buf, 0)   # MPI, all of it
+        wrong += not (buf == (i % 251) + 1).all()
         comm.Allreduce(a, b)      # the pool, straight after
         wrong += not (b == size).all()
     except cxlmpi.CXLMPIError as exc:
         errors.append(f"{i}: {type(exc).__name__}")
         break
+block.Free()
 every = plain.gather((errors, wrong), root=0)
 if rank == 0:
     print("RESULT " + json.dumps({"errors": [e for es, _ in every for e in es],
