@@ -80,14 +80,7 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
         raise CXLMPIConfigError(
             "CXLMPI_COHERENCE=sw needs user-space cache flushes (x86-64 clwb/"
             "clflushopt/clflush, aarch64 DC CVAC/CIVAC); this CPU has none")
-    local, node_size = _pool_group(comm, spec, cfg.pool_groups)
-    # Busy-poll only with a core per rank of the node; else the ranks that
-    # share a CPU take turns (yield) before sleeping.  Not shortened when
-    # other processes keep the CPUs busy: a waiter that sleeps at once then
-    # waits for its core behind them (measured with a CPU-bound process
-    # beside 2 ranks on 2 cores); a peer queued on the waiter's own CPU is
-    # yielded to in any case (pool/protocol.pxi).
-    spin = node_size <= len(os.sched_getaffinity(0))
+    local, spin = _pool_group(comm, spec, cfg.pool_groups)
     try:
         groups = _groups(comm, local)
         if len(groups) == 1:
@@ -103,13 +96,13 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
 
 
 def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
-                ngroups: int) -> tuple[MPI.Intracomm, int]:
-    """Collective: the communicator of this rank's pool group, and the
-    number of ranks of `comm` on this node."""
+                ngroups: int) -> tuple[MPI.Intracomm, bool]:
+    """Collective: the communicator of this rank's pool group, and whether
+    its waiters may busy-poll (`_spins`)."""
     rank = comm.Get_rank()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, rank)
-    node_size = node.Get_size()
     try:
+        spin = _spins(node)
         if spec.shared_file:
             # The first rank of each node creates a missing pool file and
             # formats an empty table; then every rank opens it.
@@ -130,9 +123,26 @@ def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
         node.Free()
     try:
         n = same.Get_size()
-        return same.Split(same.Get_rank() * ngroups // n, rank), node_size
+        return same.Split(same.Get_rank() * ngroups // n, rank), spin
     finally:
         same.Free()
+
+
+def _spins(node: MPI.Intracomm) -> bool:
+    """Collective over the ranks of one node: busy-poll only with a core
+    per rank, that is, when the node's ranks may run on at least as many
+    CPUs together (the union of their affinity masks) as there are ranks.
+    Else the ranks that share a CPU take turns (yield) before sleeping.
+
+    The union, not this rank's own mask: ranks bound to a core each
+    (``mpiexec -bind-to core``) have one CPU apiece, yet one core per rank.
+    Not shortened when other processes keep the CPUs busy: a waiter that
+    sleeps at once then waits for its core behind them (measured with a
+    CPU-bound process beside 2 ranks on 2 cores); a peer queued on the
+    waiter's own CPU is yielded to in any case (pool/protocol.pxi).  Every
+    rank of the node reaches the same verdict."""
+    cpus: set[int] = set().union(*node.allgather(os.sched_getaffinity(0)))
+    return node.Get_size() <= len(cpus)
 
 
 def _open_error(spec: backends.PoolSpec, create: bool) -> str | None:

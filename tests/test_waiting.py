@@ -11,6 +11,7 @@ compared with stock MPI's on the same data.  Nothing here measures time.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from harness import SMALL_POOL_ENV, launch_mpi
@@ -63,3 +64,17 @@ def test_more_ranks_than_cores_match_stock(nranks: int) -> None:
     every = run(nranks, "loop")
     assert sum(r["hand_overs"] + r["futex_sleeps"] for r in every) > 0, every
     assert sum(r["futex_timeouts"] for r in every) == 0, every
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_ranks_bound_to_a_core_each_busy_poll() -> None:
+    """Two ranks bound to a CPU each (as `mpiexec -bind-to core` does) have
+    a core per rank: their waiters busy-poll before sleeping.  Decided from
+    the union of the node's affinity masks, not one rank's own mask (one
+    CPU: the ranks took turns and slept, as if oversubscribed)."""
+    assert [r["spin"] for r in run(2, "apart")] == [True, True]
+
+
+def test_ranks_bound_to_one_cpu_take_turns() -> None:
+    """Two ranks bound to the same CPU: no busy-polling on either."""
+    assert [r["spin"] for r in run(2, "together")] == [False, False]

@@ -17,6 +17,10 @@ a millisecond, and every sleep ends by a wake-up.
 - loop:       collectives of every family, several sizes and roots, with
               ranks arriving at different times; results against stock
               MPI's on the same data.
+- apart, together: before the pool is set up, each rank binds itself to
+              a CPU of its own (rank modulo the CPUs it may use), or all
+              to the first of them; reports whether the pool's waiters
+              busy-poll (`spin`), then an Allreduce against stock's.
 
 Prints RESULT [...] on rank 0: per rank, whether its results equal stock's
 and its wait counters (cxlmpi._pool.wait_counts(): in the pool Barrier that
@@ -24,13 +28,14 @@ waits for rank 0, or over the whole loop).
 """
 
 import json
+import os
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import _pool
+from cxlmpi import _pool, _shim
 
 scenario = sys.argv[1]
 plain = MPI.COMM_WORLD
@@ -38,6 +43,9 @@ rank, size = plain.Get_rank(), plain.Get_size()
 _pool.set_sleep_bounds(3600.0, 3600.0)
 if scenario == "other-host" and rank == size - 1:
     _pool.set_host(0x0123456789ABCDEF)   # as if on another host
+if scenario in ("apart", "together"):
+    mine = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {mine[rank % len(mine)] if scenario == "apart" else mine[0]})
 comm = cxlmpi.wrap(plain.Dup())
 
 
@@ -97,6 +105,11 @@ elif scenario == "loop":
             comm.Barrier()
     ok = ok and cxlmpi.stats()["allreduce"]["pool_calls"] > 0
     counts = _pool.wait_counts()
+elif scenario in ("apart", "together"):
+    want = np.empty_like(data)
+    plain.Allreduce(data, want)
+    ok = bool(np.array_equal(want, got))
+    counts = {"spin": _shim.pool_of(comm).spin}
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")
 
