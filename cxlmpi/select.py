@@ -23,10 +23,14 @@ changes only on data that every rank holds identically:
 - when a class learns next is counted in the pool's call counter, which
   every rank advances alike (pool calls and passed ones).
 
-The first calls of a class try its candidates in turn (the cheapest-looking
-first); a candidate far slower than the best so far is dropped after one
-try, and exploration stops once it has cost about EXPLORE_BUDGET calls'
-worth of the best path.  Then the fastest is kept; a small, bounded share of
+The first calls of a class try its candidates in turn (MPI first, the
+reference); each path's first call (MPI's, the pool's) is a warm-up, not a
+sample; a candidate far slower than the best so far is dropped after one
+try.  Exploring may cost EXPLORE_BUDGET calls' worth of the best path at
+once, then EXPLORE_SHARE of the communicator's calls: a try that does not
+fit waits, the fastest path so far running meanwhile, so that classes
+whose calls cost little against a learning call's own cost explore in
+steps spread over their calls.  Then the fastest is kept; a small, bounded share of
 later calls re-times it and the runner-up back to back (more often when
 they are close, rarely when the runner-up is far behind), so a change of
 load is followed.  What was learned is remembered per machine in a cache
@@ -61,7 +65,9 @@ NCLASSES = 64
 # Exploration and re-checking (see the module docstring).
 ROUNDS = 3               # tries of each surviving candidate
 DROP_AFTER_ONE = 2.0     # a candidate this much slower than the best after one try
-EXPLORE_BUDGET = 7.0     # calls' worth of the best path that exploring may waste
+UNTRIED = 1.5            # what an untried candidate is expected to cost (x the best)
+EXPLORE_BUDGET = 7.0     # calls' worth of the best path that exploring may waste ...
+EXPLORE_SHARE = 0.02     # ... and this share of the communicator's calls since
 SWITCH_MARGIN = 0.95     # the runner-up takes over when this much faster
 MIN_INTERVAL = 64        # calls of the class between re-checks, at least ...
 MAX_INTERVAL = 4096      # ... and at most
@@ -163,11 +169,13 @@ class Learner:
     explored: int = 0                # learning calls made
     checks: int = 0                  # re-checks made
     recheck: list[float] = field(default_factory=list)  # [best, runner-up] times
-    warm: bool = False               # the class's first call (cold: discarded) is done
-    pool_warm: bool = False          # its first call through the pool (cold too) is done
+    warm_pool: bool = False          # the class's first call through the pool is done
+    warm_mpi: bool = False           # ... and its first through MPI (both cold: no samples)
     run_calls: int = 1               # calls of the run whose report comes next
     run_len: int = 1                 # calls of a (not warm-up) run of this class
     challenger: int | None = None    # what the re-check in progress times against the best
+    born: int = 0                    # the communicator's call count at the class's first call
+    resume: int = 0                  # exploring waits (on the leader) until this call count
 
     def __post_init__(self) -> None:
         if not self.alive:
@@ -176,12 +184,12 @@ class Learner:
         # call's bookkeeping runs while every rank waits for it: cheap)
         self.est: dict[int, float] = {c: min(v) for c, v in self.samples.items() if v}
         self.ncalls: dict[int, int] = {c: len(v) for c, v in self.samples.items()}
-        self.warmups: list[float] = []   # the warm-up tries' times (real cost, no sample)
-        self.upcoming: int | None = self.next_try() if self.candidates else None
+        # the warm-ups' times (real cost, no sample), by kind: through the pool?
+        self.warmups: dict[bool, float] = {}
 
     def warming(self, code: int) -> bool:
         """Whether a try of `code` now is a warm-up (not a sample)."""
-        return not self.warm or (code != MPI_PATH and not self.pool_warm)
+        return not (self.warm_mpi if code == MPI_PATH else self.warm_pool)
 
     def try_len(self, code: int) -> int:
         """Calls of the next try of `code`: one for a warm-up and for a
@@ -209,8 +217,8 @@ class Learner:
         """Seconds the tries so far cost beyond what the best candidate (as
         known now) would have taken for as many calls, each try counted at
         its candidate's estimate (a single outlier -- a page fault, a
-        descheduled peer -- does not end the exploring), and every
-        learning call's own overhead."""
+        descheduled peer -- does not end the exploring), the warm-ups but
+        the dearest, and every learning call's own overhead."""
         best = self.leader()
         if best is None:
             return self.explored * LEARN_OVERHEAD_S
@@ -218,16 +226,26 @@ class Learner:
         total = self.explored * LEARN_OVERHEAD_S
         for c, n in self.ncalls.items():
             total += n * (self.est[c] - floor)
-        for t in self.warmups:
-            total += max(0.0, t - floor)
-        return total
+        # The best path alone would pay one cold first call too (the first
+        # touches of the buffers: whichever path comes first pays them):
+        # the dearer warm-up stands for it.
+        extra = [max(0.0, t - floor) for t in self.warmups.values()]
+        return total + sum(extra) - max(extra, default=0.0)
 
-    def next_try(self) -> int | None:
-        """The candidate the next exploring call tries, None when done:
-        when the try could take the exploring's cost past its budget
-        (counted at the candidate's estimate, or, untried, at the worst
-        estimate so far)."""
-        if not self.warm:
+    def next_try(self, ops: int = 0) -> int | None:
+        """The candidate the exploring call at the communicator's call
+        `ops` tries; None when there is none to try or the try does not
+        fit the budget: EXPLORE_BUDGET calls' worth of the leader, plus
+        EXPLORE_SHARE of the calls since the class's first (a try counted
+        at the candidate's estimate, or, untried, at the worst a surviving
+        one may have).  Then `resume` is the call count at which it will
+        fit (0: not within MAX_INTERVAL -- exploring is over, and the
+        re-checks try what it never reached).  So a class whose calls are
+        cheap against a learning call's own cost explores in steps spread
+        over its calls, and learning never costs more than a small share
+        of its time."""
+        self.resume = 0
+        if not (self.warm_pool or self.warm_mpi):
             # the class's first, cold call: through the pool (which warms
             # the pool's lines too) when the pool is a candidate
             return self.candidates[1] if len(self.candidates) > 1 else self.candidates[0]
@@ -241,11 +259,25 @@ class Learner:
         best = self.leader()
         if best is not None:
             floor = self.est[best]
-            # untried: as slow as a candidate worth keeping may be
-            risk = self.est.get(code, DROP_AFTER_ONE * floor)
-            if self.wasted() + (risk - floor) * self.try_len(code) + LEARN_OVERHEAD_S > \
-                    EXPLORE_BUDGET * floor:
+            # untried: between the leader and the slowest a candidate worth
+            # keeping may be (a first look is a single call)
+            risk = self.est.get(code, UNTRIED * floor)
+            need = (self.wasted() + (risk - floor) * self.try_len(code) + LEARN_OVERHEAD_S) \
+                / floor
+            if need > EXPLORE_BUDGET + EXPLORE_SHARE * max(0, ops - self.born):
+                ready = self.born + math.ceil((need - EXPLORE_BUDGET) / EXPLORE_SHARE)
+                if ready - ops <= MAX_INTERVAL:
+                    self.resume = ready
                 return None
+        return code
+
+    def plan(self, ops: int) -> int | None:
+        """While exploring, at the communicator's call `ops`: the candidate
+        to try now; None when exploring waits (`resume`) or is over (the
+        class settles)."""
+        code = self.next_try(ops)
+        if code is None and not self.resume:
+            self._settle()
         return code
 
     def learn(self, code: int, seconds: float) -> None:
@@ -256,13 +288,17 @@ class Learner:
             return
         if self.warming(code):
             # The class's first call pays for first touches (pages of the
-            # buffers, MPI's connections) whatever path it takes, and its
-            # first call through the pool for the halves' lines and the
-            # pool's code (measured 3-5x the calls after): not samples.
-            self.pool_warm = self.pool_warm or code != MPI_PATH
-            self.warm = True
-            self.warmups.append(seconds)
-            self.upcoming = self.next_try()
+            # buffers) whatever path it takes; its first call through the
+            # pool for the halves' lines and the pool's code, and its first
+            # through MPI for MPI's own first touches at that size (a 64 KiB
+            # Bcast's first on a communicator: 39 us, the next 6 us).  Not
+            # samples: a cold first look would drop a candidate that is
+            # in fact the fastest.
+            if code == MPI_PATH:
+                self.warm_mpi = True
+            else:
+                self.warm_pool = True
+            self.warmups[code != MPI_PATH] = seconds
             return
         self.samples.setdefault(code, []).append(seconds)
         self.ncalls[code] = self.ncalls.get(code, 0) + self.run_calls
@@ -279,9 +315,6 @@ class Learner:
                     if c != best and len(self.samples.get(c, ())) == 1 and \
                             self.est[c] > DROP_AFTER_ONE * self.est[best]:
                         self.alive.remove(c)
-        self.upcoming = self.next_try()
-        if self.upcoming is None:
-            self._settle()
 
     def _settle(self) -> None:
         ranked = sorted(self.est, key=lambda c: (self.est[c], self.candidates.index(c)))
@@ -418,10 +451,10 @@ class Selector:
         return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
                           pl == 1, self.chunk, self.streaming)
 
-    def learner(self, key: tuple[int, int, int]) -> Learner:
+    def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
         learner = self.learners.get(key)
         if learner is None:
-            learner = self.learners[key] = Learner(self._candidates(*key))
+            learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
             learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(key[1]), 1)))
         return learner
 
@@ -450,13 +483,14 @@ class Selector:
         _, key, code, _ = self.pending
         self.pending = None
         learner = self.learner(key)
-        if nanoseconds <= 0:   # no rank timed a call of the run
-            self._publish(key, learner, self.routes.ops())
-            return
-        learner.learn(code, nanoseconds * 1e-9)
-        if learner.phase == 1:
-            self.changed = True
-        self._publish(key, learner, self.routes.ops())
+        ops = self.routes.ops()
+        if nanoseconds > 0:   # (0: no rank timed a call of the run)
+            learner.learn(code, nanoseconds * 1e-9)
+            if learner.phase == 0:
+                learner.plan(ops)
+            if learner.phase == 1:
+                self.changed = True
+        self._publish(key, learner, ops)
 
     def _publish(self, key: tuple[int, int, int], learner: Learner, ops: int) -> None:
         """Tell the compiled routes what the class's next call does."""
@@ -466,6 +500,9 @@ class Selector:
             due = ops + learner.interval
             self.next_check[key] = due
             self.routes.set(which, sc, pl, learner.best, due)
+        elif learner.phase == 0 and learner.resume > ops:
+            # exploring waits for its budget: the leader meanwhile, untimed
+            self.routes.set(which, sc, pl, learner.leader(), learner.resume)
         else:
             self.routes.set(which, sc, pl, SLOW, 0)
 
@@ -476,13 +513,14 @@ class Selector:
         learns) for a call of `nbytes` (the agreed size)."""
         sc = size_class(nbytes)
         key = (which, sc, self.routes.placement(which, sc))
-        learner = self.learner(key)
+        learner = self.learner(key, ops)
         if learner.phase == 0:
-            code = learner.upcoming
+            code = learner.plan(ops)
             if code is not None:
                 return self._run(key, learner, code, nbytes, ops), True
-            learner._settle()         # (the budget ran out meanwhile)
             self._publish(key, learner, ops)
+            if learner.phase == 0:    # waiting for its budget
+                return learner.leader(), False  # type: ignore[return-value]
         assert learner.best is not None or learner.phase >= 2
         if learner.phase == 1:
             if ops < self.next_check.get(key, 0):   # settled by this header's report
@@ -525,11 +563,12 @@ class Selector:
         return {k: v for k, v in self.learners.items() if v.best is not None}
 
 
-def decision(comm: Any, name: str, nbytes: int) -> str | None:
+def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | None:
     """What adaptive selection settled on for collective `name` (e.g.
     "bcast") of `nbytes` (all blocks together) on `comm`, for the placement
     its last pool call found: 'mpi', 'pool', 'pool+stream', ...; None when
-    nothing is settled (or the path is pinned)."""
+    nothing is settled (or the path is pinned).  `settled=False`: while
+    the class still explores, the fastest path it has seen so far."""
     from ._shim import states
 
     state = states.get(getattr(comm, "handle", None))
@@ -538,9 +577,9 @@ def decision(comm: Any, name: str, nbytes: int) -> str | None:
         return None
     which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
     learner = routes.selector.learners.get((which, sc, routes.placement(which, sc)))
-    if learner is None or learner.best is None:
-        return None
-    return code_name(learner.best)
+    best = None if learner is None else learner.best if learner.best is not None or settled \
+        else learner.leader()
+    return None if best is None else code_name(best)
 
 
 # ------------------------------------------------------------------- cache

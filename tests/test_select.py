@@ -18,6 +18,18 @@ from cxlmpi.select import MPI_PATH, SLOW, Learner, Selector, code_of, size_class
 BCAST = config.COLLECTIVES.index("bcast")
 ALLREDUCE = config.COLLECTIVES.index("allreduce")
 CHUNK = 256 << 10
+COLD = 30e-6     # a class's first call through MPI, or through the pool: this much more
+TOUCH = 2.5e-6   # its first call, whatever its path: this much more per page of 4 KiB
+
+
+def alone(least: float, calls: int, nbytes: int) -> float:
+    """The time of `calls` calls on the best path alone (`least` seconds
+    each), its cold first call included."""
+    return calls * least + COLD + TOUCH * (nbytes >> 12)
+
+
+def realistic(**kw) -> Job:
+    return Job(2, cold=COLD, touch=TOUCH, header=select.LEARN_OVERHEAD_S, **kw)
 
 
 class Routes:
@@ -66,12 +78,22 @@ class Routes:
 class Job:
     """`nranks` ranks, each with its own Selector and Routes, making the same
     calls; `cost(code, call)` is a path's true time, which each rank sees
-    with its own noise (`jitter`)."""
+    with its own noise (`jitter`).  A class's first call through MPI and
+    its first through the pool cost `cold` seconds more (first touches:
+    measured 20-50 us at 64 KiB); the class's very first call, whatever its
+    path, pays the first touches of the buffers' pages too (`touch`
+    seconds per 4 KiB; measured about 2.5 us, 10 ms at 16 MiB); every
+    header step costs `header` seconds."""
 
     def __init__(self, nranks: int, seed: int = 0, jitter: float = 0.0,
-                 prior: dict | None = None) -> None:
+                 prior: dict | None = None, cold: float = 0.0, touch: float = 0.0,
+                 header: float = 0.0) -> None:
         self.rng = random.Random(seed)
         self.jitter = jitter
+        self.cold = cold
+        self.touch = touch
+        self.header = header
+        self.warm: set[tuple[int, int, bool]] = set()
         self.routes = [Routes() for _ in range(nranks)]
         self.selectors = [Selector(r, nranks, CHUNK, True, prior) for r in self.routes]
         self.time = 0.0           # the job's time: the slowest rank's, summed
@@ -84,6 +106,7 @@ class Job:
         code = fast.pop()
         learn = False
         if code is None:   # the header step: every rank takes it, or none
+            self.time += self.header
             reports = {s.report()[0] for s in self.selectors}
             assert len(reports) == 1, f"ranks carry different reports: {reports}"
             slowest = max(s.report()[1] for s in self.selectors)
@@ -98,6 +121,12 @@ class Job:
         for r in self.routes:
             r.counter += 1
         true = cost(code, call)
+        kind = (which, size_class(nbytes), code != MPI_PATH)
+        if kind not in self.warm:
+            if (which, size_class(nbytes), code == MPI_PATH) not in self.warm:
+                true += self.touch * (nbytes >> 12)
+            self.warm.add(kind)
+            true += self.cold
         seen = [true * (1 + self.jitter * self.rng.random()) for _ in self.routes]
         self.time += max(seen)
         timed = {r.timed(which, nbytes, t) for r, t in zip(self.routes, seen)}
@@ -135,25 +164,93 @@ def test_every_rank_decides_alike_under_random_timings() -> None:
 
 
 @pytest.mark.parametrize("table, best", [
-    # the pool's regular stores far behind, streaming stores a little behind MPI
-    ({"mpi": 1.0, "pool+stream+bigchunk": 3.0, "pool+stream": 1.1, "pool": 5.0,
-      "pool+bigchunk": 6.0}, "mpi"),
-    # the pool far ahead of MPI
-    ({"mpi": 5.0, "pool+stream+bigchunk": 1.5, "pool+stream": 1.2, "pool": 1.0,
-      "pool+bigchunk": 2.0}, "pool"),
+    # measured: a 16 MiB Bcast of private buffers, 2 ranks (ms per call)
+    ({"mpi": 3.7, "pool+stream+bigchunk": 2.95, "pool+stream": 1.77, "pool": 1.17,
+      "pool+bigchunk": 3.67}, "pool"),
+    # MPI a little ahead of every pool variant
+    ({"mpi": 1.0, "pool+stream+bigchunk": 1.3, "pool+stream": 1.2, "pool": 1.4,
+      "pool+bigchunk": 1.6}, "mpi"),
     # everything close: noise must not cost more than the budget
     ({"mpi": 1.0, "pool+stream+bigchunk": 1.02, "pool+stream": 0.98, "pool": 1.01,
       "pool+bigchunk": 1.03}, "pool+stream"),
 ])
 def test_learning_costs_under_ten_percent_of_a_hundred_calls(table, best) -> None:
     """Over a class's first 100 calls the total time stays within 10 % of
-    what the best path alone takes, and the best path is found."""
-    job = Job(2)
-    for call in range(100):
+    what the best path alone takes (its own cold first call included), and
+    the best path is the one taken by then; exploring goes on at a small
+    share of the calls until it settles there."""
+    table = {k: v * 1e-3 for k, v in table.items()}
+    job = realistic()
+    paths = [job.call(BCAST, 16 << 20, fixed(table), call) for call in range(100)]
+    least = min(table.values())
+    assert job.time <= 1.10 * alone(least, 100, 16 << 20), (job.time, job.learning)
+    assert paths[-1] == code_of(best), paths
+    for call in range(100, 2000):
+        job.call(BCAST, 16 << 20, fixed(table), call)
+    assert job.time <= 1.03 * alone(least, 2000, 16 << 20), (job.time, job.learning)
+    assert job.selectors[0].decisions()[(BCAST, 24, 0)].best == code_of(best)
+
+
+@pytest.mark.parametrize("table, best", [
+    ({"mpi": 1.0, "pool+stream+bigchunk": 3.0, "pool+stream": 1.1, "pool": 5.0,
+      "pool+bigchunk": 6.0}, "mpi"),
+    ({"mpi": 5.0, "pool+stream+bigchunk": 1.5, "pool+stream": 1.2, "pool": 1.0,
+      "pool+bigchunk": 2.0}, "pool"),
+])
+def test_far_slower_paths_cost_one_call_each(table, best) -> None:
+    """Paths 3-6x slower than the best are looked at once, in a single
+    call, and dropped; a first look at every candidate then costs more than
+    10 % of 100 calls (12-15 % here), but over 2000 calls learning stays
+    within 3 %, and the best path is found."""
+    table = {k: v * 1e-3 for k, v in table.items()}
+    job = realistic()
+    for call in range(2000):
         job.call(BCAST, 16 << 20, fixed(table), call)
     least = min(table.values())
-    assert job.time <= 1.10 * 100 * least, (job.time, job.learning)
-    assert job.selectors[0].decisions()[(BCAST, 24, 0)].best == code_of(best)
+    assert job.time <= 1.03 * alone(least, 2000, 16 << 20), (job.time, job.learning)
+    learner = job.selectors[0].learners[(BCAST, 24, 0)]
+    assert learner.best == code_of(best)
+    for name, t in table.items():
+        if t >= 2.5 * least:
+            assert len(learner.samples[code_of(name)]) == 1, (name, learner.samples)
+
+
+def test_a_cold_first_call_does_not_drop_the_fastest_path() -> None:
+    """MPI's first call of a class is slow (a 64 KiB Bcast's first on a
+    fresh communicator: 39 us, then 6 us): it is a warm-up, not a sample,
+    so MPI is not dropped as far behind after one look and is found to be
+    the fastest (before: dropped on its cold look, the pool was kept)."""
+    job = realistic()
+    table = {"mpi": 6e-6, "pool": 8e-6}
+    for call in range(2000):
+        job.call(BCAST, 64 << 10, fixed(table), call)
+    assert job.selectors[0].decisions()[(BCAST, 16, 0)].best == MPI_PATH
+
+
+@pytest.mark.parametrize("table, size, first, later", [
+    ({"mpi": 6e-6, "pool": 8e-6}, 64 << 10, 0.10, 0.03),
+    ({"mpi": 8e-6, "pool": 5.5e-6}, 64 << 10, 0.15, 0.03),
+    ({"mpi": 1.6e-6, "pool": 1.5e-6}, 4 << 10, 0.40, 0.08),
+    ({"mpi": 1.5e-6, "pool": 3e-6}, 4 << 10, 0.40, 0.05),
+])
+def test_cheap_calls_spread_their_exploring(table, size, first, later) -> None:
+    """Calls that cost a few microseconds, against a learning call's own
+    header step (~6 us) and each path's cold first call (~30 us): trying
+    both paths costs more than 10 % of 100 calls (up to 14 % at 64 KiB,
+    35 % at 4 KiB), so exploring goes on in steps spread over the calls --
+    the first 2000 within 3-8 % of the best path alone (header steps and
+    cold first calls counted) -- and the best path is found."""
+    job = realistic()
+    least = min(table.values())
+    for call in range(100):
+        job.call(BCAST, size, fixed(table), call)
+    assert job.time <= (1 + first) * alone(least, 100, size), (job.time, job.learning)
+    for call in range(100, 2000):
+        job.call(BCAST, size, fixed(table), call)
+    assert job.time <= (1 + later) * alone(least, 2000, size), (job.time, job.learning)
+    sc = size_class(size)
+    assert job.selectors[0].learners[(BCAST, sc, 0)].leader() == code_of(min(table,
+                                                                              key=table.get))
 
 
 def test_rechecks_are_a_small_share_and_follow_a_change_of_load() -> None:
@@ -200,7 +297,7 @@ def test_cache_round_trip(tmp_path) -> None:
     naming unknown paths start from nothing."""
     job = Job(2)
     cost = fixed({"mpi": 1.0, "pool": 0.5, "pool+stream": 0.7})
-    for call in range(60):
+    for call in range(2000):
         job.call(ALLREDUCE, 1 << 20, cost, call)
     path = str(tmp_path / "cache" / "selection.json")
     cfg = config.Config({})
@@ -298,13 +395,13 @@ def test_pool_arrays_are_noticed_where_private_ones_settled_on_mpi(nranks: int,
 def test_small_messages_learn_in_runs_that_stay_cheap() -> None:
     """1 MiB: a try is a run of 4 calls (one header step for all of them),
     but a candidate's first look is a single call, so a far slower one
-    costs one call, and the first 100 calls stay within 10 %."""
-    table = {"mpi": 1.0, "pool+stream": 5.0, "pool": 0.8, "pool+bigchunk": 1.2,
-             "pool+stream+bigchunk": 4.0}
-    job = Job(2)
-    for call in range(100):
+    (4-5x here) costs one call; the first 2000 calls stay within 3 %."""
+    table = {"mpi": 100e-6, "pool+stream": 500e-6, "pool": 80e-6, "pool+bigchunk": 120e-6,
+             "pool+stream+bigchunk": 400e-6}
+    job = realistic()
+    for call in range(2000):
         job.call(BCAST, 1 << 20, fixed(table), call)
-    assert job.time <= 1.10 * 100 * 0.8, (job.time, job.learning)
+    assert job.time <= 1.03 * alone(80e-6, 2000, 1 << 20), (job.time, job.learning)
     learner = job.selectors[0].learners[(BCAST, 20, 0)]
     assert learner.best == code_of("pool") and learner.run_len == 4
     assert len(learner.samples[code_of("pool+stream")]) == 1

@@ -374,7 +374,8 @@ class Settings:
 
 
 # Calls at most that a class may take to settle before the rounds start.
-SETTLE_CALLS = 200
+SETTLE_CALLS = 2000       # calls a class may take to settle before the rounds ...
+SETTLE_BYTES = 8 << 30    # ... but no more than this many bytes' worth (at least 100)
 
 
 def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.Intracomm,
@@ -404,7 +405,8 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
     fn, args = calls[1]
     learns = config.get().adaptive and op.stat_key in config.COLLECTIVES and \
         total >= config.get().threshold
-    for _ in range(SETTLE_CALLS if learns else 0):
+    settle = max(100, min(SETTLE_CALLS, SETTLE_BYTES // max(total, 1)))
+    for _ in range(settle if learns else 0):
         if select.decision(wrapped, op.stat_key, total) is not None:
             break
         fn(*args)
@@ -859,8 +861,9 @@ def _first_calls(op: Collective, requested: int, kind: str, calls: int, stamp: b
                  pin: int | None) -> tuple[float, int, str | None]:
     """A fresh communicator (its pool set up first), its first `calls`
     calls of `op` timed in one batch: (seconds, the slowest rank's, on rank
-    0; learning calls; what settled).  `pin`: a path code (cxlmpi.select)
-    the class is pinned to, None: adaptive selection learns it."""
+    0; learning calls; what it takes now: settled, or the fastest seen
+    while exploring).  `pin`: a path code (cxlmpi.select) the class is
+    pinned to, None: adaptive selection learns it."""
     world = MPI.COMM_WORLD
     wrapped = cxlmpi.wrap(MPI.Intracomm(world).Dup())
     stock = MPI.Intracomm(wrapped)
@@ -883,7 +886,7 @@ def _first_calls(op: Collective, requested: int, kind: str, calls: int, stamp: b
     before = cxlmpi.stats().get(op.stat_key, {}).get("learning_calls", 0)
     seconds = _time_batch(fn, fargs, calls, 0, stock, mark, 0)
     learned = cxlmpi.stats().get(op.stat_key, {}).get("learning_calls", 0) - before
-    choice = select.decision(wrapped, op.stat_key, total)
+    choice = select.decision(wrapped, op.stat_key, total, settled=False)
     times = stock.gather(seconds, root=0)
     del bufs, fn, fargs
     wrapped.Free()
