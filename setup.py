@@ -19,7 +19,7 @@ extensions = [
                        "pyx/cxl_layout.h",
                        *glob.glob("pyx/pool/*.pxi")]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
-              extra_compile_args=COMPILE_ARGS),
+              extra_compile_args=COMPILE_ARGS, depends=glob.glob("pyx/shim/*.pxi")),
     # The NumPy allocation hook (NEP 49): the only part built against NumPy.
     Extension("cxlmpi._alloc", ["pyx/_alloc.pyx"], include_dirs=["pyx", numpy.get_include()],
               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -220,7 +220,5 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
     pool.timeout_s = cfg.timeout
     pool.spin = spin
     pool.software_coherence = cfg.coherence == "sw"
-    pool.chunk_nbytes = cfg.chunk_size
-    pool.rsag_min_nbytes = cfg.rsag_threshold
-    pool.zerocopy_min_nbytes = cfg.zerocopy_threshold
+    pool.tune(cfg.chunk_size, cfg.rsag_threshold, cfg.zerocopy_threshold)
     return pool

@@ -14,7 +14,7 @@ PACKAGE = ROOT / "cxlmpi"
 COMPILED = {"_shim", "_pool", "_alloc"}
 PY_SOURCES = sorted(PACKAGE.rglob("*.py"))
 SOURCES = [*PY_SOURCES, ROOT / "pyx" / "_shim.pyx", ROOT / "pyx" / "_alloc.pyx",
-           ROOT / "pyx" / "_pool.pyx", *(ROOT / "pyx" / "pool").glob("*.pxi")]
+           ROOT / "pyx" / "_pool.pyx", *(ROOT / "pyx").glob("*/*.pxi")]
 # The commands that keep their old names (python -m cxlmpi.bench, -m
 # cxlmpi.tune): the only modules outside cxlmpi/tools that may import it.
 TOOL_ENTRIES = {"bench", "tune"}
@@ -24,9 +24,11 @@ _FROM = re.compile(r"^\s*from (\.*)([\w.]*) c?import (?:\(([^)]*)\)|([\w ,]+))",
 
 def _name(path: Path) -> str:
     """A source's module, relative to cxlmpi: "config", "tools.bench"; a
-    package is its folder ("tools"), cxlmpi's own __init__ is "__init__"."""
+    package is its folder ("tools"), cxlmpi's own __init__ is "__init__";
+    pyx/pool/*.pxi is part of "_pool", pyx/shim/*.pxi of "_shim" (the
+    extension that includes its folder)."""
     if path.suffix in (".pyx", ".pxi"):
-        return "_pool" if path.suffix == ".pxi" else path.stem
+        return f"_{path.parent.name}" if path.suffix == ".pxi" else path.stem
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     if parts[-1] == "__init__":
         parts = parts[:-1]

@@ -104,11 +104,12 @@ cdef class Pool:
     cdef size_t nbytes
     cdef readonly str name
     cdef readonly bint unlinked
-    cdef public size_t chunk_nbytes
-    cdef public size_t rsag_min_nbytes
+    # The tunables, set by `tune` (from the configuration); zero before.
+    cdef readonly size_t chunk_nbytes
+    cdef readonly size_t rsag_min_nbytes
+    cdef readonly size_t zerocopy_min_nbytes
     cdef public int rsag_min_ranks
     cdef public object release   # called once after close (frees a partition)
-    cdef public size_t zerocopy_min_nbytes
     cdef cxl_arena arena         # this rank's arena (cxl_alloc.h: no Python inside)
     cdef size_t live             # PoolBuffers alive (they keep the mapping)
     cdef bint closing
@@ -330,10 +331,7 @@ cdef class Pool:
         self.st.sig_pending = 0
         self.st.stream = 0
         self.st.took_zc = 0
-        self.chunk_nbytes = h.half_nbytes
-        self.rsag_min_nbytes = 0
         self.rsag_min_ranks = 3
-        self.zerocopy_min_nbytes = 256 * 1024
         self.st.arena_offset = h.arena_offset
         prefault(self.st.base, h.slot_offset,
                  min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
@@ -347,6 +345,19 @@ cdef class Pool:
         line.attached = 1
         cxl_store_release(&line.seq, 0)
         cxl_flush_meta(line, CTRL_NBYTES, 0)
+
+    def tune(self, size_t chunk_nbytes, size_t rsag_min_nbytes, size_t zerocopy_min_nbytes):
+        """Set the tunables, alike on every rank: the bytes a rank publishes
+        per step (CXLMPI_CHUNK_SIZE; at most a half is used), the smallest
+        reduction that runs reduce-scatter + allgather
+        (CXLMPI_RSAG_THRESHOLD), the smallest collective that first asks
+        where the buffers live (CXLMPI_ZEROCOPY_THRESHOLD).  cxlmpi.group
+        tunes every pool it makes from the configuration, their one source;
+        an untuned pool (zeros) still runs every collective correctly, one
+        element a step."""
+        self.chunk_nbytes = chunk_nbytes
+        self.rsag_min_nbytes = rsag_min_nbytes
+        self.zerocopy_min_nbytes = zerocopy_min_nbytes
 
     def unlink(self):
         """Remove the segment's name; the mappings stay valid."""

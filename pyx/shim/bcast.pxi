@@ -1,0 +1,58 @@
+# Barrier and Bcast, as CXLComm intercepts them: parse the message, let
+# `take` name the path, run Pool.barrier / Pool.bcast (pyx/pool/bcast.pxi)
+# or pass the call to stock MPI.  Module-level functions, bound as methods
+# of CommBase in pyx/_shim.pyx.
+# (part of cxlmpi._shim: included by pyx/_shim.pyx)
+
+
+def Barrier(self):
+    """Barrier synchronization (in the pool once the pool exists)."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    state = _states.get(self.handle)
+    cdef int code = 0, zc = 0
+    if not disabled and state is not None and state.pool is not None:
+        code = take(self, state, BARRIER, 0, -1)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _stock_barrier(self)
+        passed(BARRIER, t0)
+    else:
+        t = t0 = now()
+        zc = run(self, BARRIER, code, lambda: _stock_barrier(self), state.pool.barrier, ())
+        if zc >= 0:
+            pooled(BARRIER, 0, t0)
+    took(state, BARRIER, 0, code, zc, t)
+
+
+def Bcast(self, buf, int root=0):
+    """Broadcast data from one process to all other processes."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message msg = None
+    cdef int code = 0, zc = 0
+    if not disabled and not skip(self, BCAST, buf) and 0 <= root < self.Get_size():
+        msg = parse(buf, root != self.Get_rank())
+        if msg is not None and not within(BCAST, msg.nbytes):
+            msg = None
+    state = state_of(self, BCAST) if msg is not None else None
+    if state is not None:
+        code = take(self, state, BCAST, msg.nbytes, root, msg.address, msg.nbytes)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _stock_bcast(self, buf, root)
+        passed(BCAST, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        zc = run(self, BCAST, code, lambda: _stock_bcast(self, buf, root), state.pool.bcast,
+                 (msg.address, msg.nbytes, root))
+        if zc >= 0:
+            pooled(BCAST, msg.nbytes, t0)
+    if state is not None:
+        took(state, BCAST, msg.nbytes, code, zc, t)

@@ -1,0 +1,320 @@
+# The personalized exchanges, Scatter(v), Alltoall(v) and
+# Reduce_scatter(_block), as CXLComm intercepts them: Pool.exchange and
+# Pool.reduce_scatter (pyx/pool/exchange.pxi) run them.  Scatterv and
+# Alltoallv settle their path in a header step (`settle_rooted_v`,
+# `settle`).  Module-level functions, bound as methods of CommBase in
+# pyx/_shim.pyx.
+# (part of cxlmpi._shim: included by pyx/_shim.pyx)
+
+
+def Scatter(self, sendbuf, recvbuf, int root=0):
+    """Scatter data from one process to all other processes."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef Py_ssize_t block = -1
+    if not disabled and lo[SCATTER] != NEVER and 0 <= root < size and \
+            not (skip(self, SCATTER, sendbuf) if rank == root
+                 else skip(self, SCATTER, recvbuf, size)):
+        if rank == root:
+            send = parse(sendbuf, False, size)
+            if send is not None:
+                block = send.nbytes
+                if recvbuf is not _IN_PLACE:
+                    recv = parse(recvbuf, True)
+                    if recv is None or recv.nbytes != block:
+                        block = -1
+        else:
+            recv = parse(recvbuf, True)
+            if recv is not None:
+                block = recv.nbytes
+    if block >= 0 and not within(SCATTER, block * size):
+        block = -1
+    state = state_of(self, SCATTER) if block >= 0 else None
+    if state is not None:
+        code = take(self, state, SCATTER, block * size, root,
+                    recv.address if recv is not None else 0, block,
+                    send.address if send is not None else 0, block * size)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Scatter(self, sendbuf, recvbuf, root)
+        passed(SCATTER, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        zeros = [0] * size
+        if rank == root:
+            send_addrs = [send.address + d * block for d in range(size)]
+            send_sizes = [block] * size
+        else:
+            send_addrs, send_sizes = zeros, zeros
+        recv_addrs, recv_sizes = list(zeros), list(zeros)
+        recv_sizes[root] = block
+        recv_addrs[root] = send_addrs[root] if recv is None else recv.address
+        zc = run(self, SCATTER, code, lambda: _Stock.Scatter(self, sendbuf, recvbuf, root),
+                 state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
+                                       block, "Scatter"))
+        if zc >= 0:
+            pooled(SCATTER, block * size, t0)
+    if state is not None:
+        took(state, SCATTER, block * size, code, zc, t)
+
+
+def Scatterv(self, sendbuf, recvbuf, int root=0):
+    """Scatter Vector: the ranks agree on the path and length in a
+    header step, as for Gatherv."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send, recv
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code, zc = 0
+    state, agreed, code, send, counts, displs, recv = settle_rooted_v(
+        self, SCATTERV, sendbuf, False, recvbuf, root, size, rank)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Scatterv(self, sendbuf, recvbuf, root)
+        passed(SCATTERV, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        zeros = [0] * size
+        if rank == root:
+            item = send.itemsize
+            send_addrs = [send.address + d * item for d in displs]
+            send_sizes = [c * item for c in counts]
+        else:
+            send_addrs, send_sizes = zeros, zeros
+        recv_addrs, recv_sizes = list(zeros), list(zeros)
+        if recv is None:
+            recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
+        else:
+            recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
+        zc = run(self, SCATTERV, code, lambda: _Stock.Scatterv(self, sendbuf, recvbuf, root),
+                 state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
+                                       agreed - 1, "Scatterv"))
+        if zc >= 0:
+            pooled(SCATTERV, sum(send_sizes) if rank == root else recv_sizes[root], t0)
+    if state is not None:
+        took(state, SCATTERV, (agreed - 1) * size, code, zc, t)
+
+
+def Alltoall(self, sendbuf, recvbuf):
+    """All to All Scatter/Gather: every rank sends block d to rank d."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    if disabled or skip(self, ALLTOALL, recvbuf):
+        to_mpi(self)
+        _Stock.Alltoall(self, sendbuf, recvbuf)
+        passed(ALLTOALL, t0)
+        return
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), code = 0, zc = 0
+    cdef Py_ssize_t block = -1
+    recv = parse(recvbuf, True, size)
+    if recv is not None:
+        block = recv.nbytes
+        if not within(ALLTOALL, block * size):
+            block = -1
+        elif sendbuf is not _IN_PLACE:
+            send = parse(sendbuf, False, size)
+            if send is None or send.nbytes != block:
+                block = -1
+    state = state_of(self, ALLTOALL) if block >= 0 else None
+    if state is not None:
+        code = take(self, state, ALLTOALL, block * size, -1,
+                    send.address if send is not None else 0, block * size,
+                    recv.address, block * size)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Alltoall(self, sendbuf, recvbuf)
+        passed(ALLTOALL, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        recv_addrs = [recv.address + q * block for q in range(size)]
+        send_addrs = recv_addrs if send is None else \
+            [send.address + d * block for d in range(size)]
+        sizes = [block] * size
+        zc = run(self, ALLTOALL, code, lambda: _Stock.Alltoall(self, sendbuf, recvbuf),
+                 state.pool.exchange, (send_addrs, sizes, recv_addrs, sizes, block,
+                                       "Alltoall"))
+        if zc >= 0:
+            pooled(ALLTOALL, block * size, t0)
+    if state is not None:
+        took(state, ALLTOALL, block * size, code, zc, t)
+
+
+def Alltoallv(self, sendbuf, recvbuf):
+    """All to All Scatter/Gather Vector: no rank knows every count, so
+    the ranks agree on the path and length in a header step, as for
+    Gatherv.  IN_PLACE passes through (on every rank: it is required
+    to match)."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), code, zc = 0
+    cdef uint64_t local = 0, pairs = 0
+    eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
+    rvec = svec = None
+    refused = None
+    if eligible:
+        try:
+            rvec = parse_vector(recvbuf, True, size)
+            svec = parse_vector(sendbuf, False, size)
+        except ValueError as exc:  # outside its buffer: every rank raises
+            refused = exc
+        if rvec is not None and svec is not None:
+            send, scounts, sdispls = svec
+            recv, rcounts, rdispls = rvec
+            local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
+            pairs = (pairs_sent(self.Get_rank(), [c * send.itemsize for c in scounts])
+                     + pairs_received(self.Get_rank(), [c * recv.itemsize for c in rcounts]))
+    state, agreed, code = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Alltoallv(self, sendbuf, recvbuf)
+        passed(ALLTOALLV, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        si, ri = send.itemsize, recv.itemsize
+        zc = run(self, ALLTOALLV, code, lambda: _Stock.Alltoallv(self, sendbuf, recvbuf),
+                 state.pool.exchange, ([send.address + d * si for d in sdispls],
+                                       [c * si for c in scounts],
+                                       [recv.address + d * ri for d in rdispls],
+                                       [c * ri for c in rcounts], agreed - 1, "Alltoallv"))
+        if zc >= 0:
+            pooled(ALLTOALLV, send.count * si, t0)
+    if state is not None:
+        took(state, ALLTOALLV, (agreed - 1) * size, code, zc, t)
+
+
+def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
+    """Reduce-Scatter Block (every rank gets one equal block)."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    if disabled or skip(self, REDUCE_SCATTER_BLOCK,
+                        recvbuf if sendbuf is _IN_PLACE else sendbuf):
+        to_mpi(self)
+        _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+        passed(REDUCE_SCATTER_BLOCK, t0)
+        return
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), code = 0, zc = 0
+    opc = op_code(op)
+    if opc is not None:
+        if sendbuf is _IN_PLACE:
+            recv = parse(recvbuf, True, size)
+        else:
+            recv = parse(recvbuf, True)
+            send = parse(sendbuf, False, size) if recv is not None else None
+            if send is None or send.count != recv.count or \
+                    send.datatype.handle != recv.datatype.handle:
+                recv = None
+        if recv is None or \
+                not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
+                recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+            recv = None
+    state = state_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
+    if state is not None:
+        code = take(self, state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, -1,
+                    send.address if send is not None else 0, recv.nbytes * size,
+                    recv.address, recv.nbytes)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+        passed(REDUCE_SCATTER_BLOCK, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        block = recv.nbytes
+        base = recv.address if send is None else send.address
+        zc = run(self, REDUCE_SCATTER_BLOCK, code,
+                 lambda: _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op),
+                 state.pool.reduce_scatter,
+                 ([base + d * block for d in range(size)], [recv.count] * size,
+                  recv.address, recv.itemsize, opc, recv.tcode, send is None,
+                  "Reduce_scatter_block"))
+        if zc >= 0:
+            pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
+    if state is not None:
+        took(state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, code, zc, t)
+
+
+def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
+    """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
+    Without recvcounts, stock mpi4py first gathers them through MPI; such
+    calls pass through."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef Py_ssize_t total = 0
+    opc = None if disabled or recvcounts is None or \
+        small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER]) \
+        else op_code(op)
+    counts = None
+    if opc is not None:
+        try:
+            counts = as_counts(recvcounts, size)
+        except (TypeError, ValueError, AttributeError):
+            counts = None
+    if counts is not None and min(counts) >= 0:
+        total = sum(counts)
+        recv = parse(recvbuf, True)
+        if recv is not None and sendbuf is _IN_PLACE:
+            if recv.count != total:
+                recv = None
+        elif recv is not None:
+            send = parse(sendbuf, False)
+            if send is None or send.count != total or recv.count != counts[rank] \
+                    or send.datatype.handle != recv.datatype.handle:
+                recv = None
+        if recv is None or not within(REDUCE_SCATTER, total * recv.itemsize) or \
+                recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+            recv = None
+    state = state_of(self, REDUCE_SCATTER) if recv is not None else None
+    if state is not None:
+        code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1,
+                    send.address if send is not None else 0, total * recv.itemsize,
+                    recv.address, recv.nbytes)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
+        passed(REDUCE_SCATTER, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        item = recv.itemsize
+        base = recv.address if send is None else send.address
+        addrs = []
+        acc = 0
+        for c in counts:
+            addrs.append(base + acc * item)
+            acc += c
+        zc = run(self, REDUCE_SCATTER, code,
+                 lambda: _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+                 state.pool.reduce_scatter, (addrs, counts, recv.address, item, opc,
+                                             recv.tcode, send is None, "Reduce_scatter"))
+        if zc >= 0:
+            pooled(REDUCE_SCATTER, total * item, t0)
+    if state is not None:
+        took(state, REDUCE_SCATTER, total * recv.itemsize, code, zc, t)

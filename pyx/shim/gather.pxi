@@ -1,0 +1,192 @@
+# Allgather(v) and Gather(v), as CXLComm intercepts them: Pool.gather
+# (pyx/pool/gather.pxi) runs them all.  Gatherv's counts are known only at
+# the root, so its ranks settle the path in a header step
+# (`settle_rooted_v`).  Module-level functions, bound as methods of CommBase
+# in pyx/_shim.pyx.
+# (part of cxlmpi._shim: included by pyx/_shim.pyx)
+
+
+def Allgather(self, sendbuf, recvbuf):
+    """Gather to All."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    if disabled or skip(self, ALLGATHER, recvbuf):
+        to_mpi(self)
+        _Stock.Allgather(self, sendbuf, recvbuf)
+        passed(ALLGATHER, t0)
+        return
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    recv = parse(recvbuf, True, size)
+    if recv is not None and within(ALLGATHER, recv.nbytes * size):
+        if sendbuf is not _IN_PLACE:
+            send = parse(sendbuf, False)
+            if send is None or send.nbytes != recv.nbytes:
+                recv = None
+    else:
+        recv = None
+    state = state_of(self, ALLGATHER) if recv is not None else None
+    if state is not None:
+        code = take(self, state, ALLGATHER, recv.nbytes * size, -1,
+                    send.address if send is not None else 0, recv.nbytes,
+                    recv.address, recv.nbytes * size)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Allgather(self, sendbuf, recvbuf)
+        passed(ALLGATHER, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        block = recv.nbytes
+        addrs = [recv.address + q * block for q in range(size)]
+        sendaddr = addrs[rank] if send is None else send.address
+        zc = run(self, ALLGATHER, code, lambda: _Stock.Allgather(self, sendbuf, recvbuf),
+                 state.pool.gather, (sendaddr, block, addrs, [block] * size, -1, block,
+                                     "Allgather"))
+        if zc >= 0:
+            pooled(ALLGATHER, block * size, t0)
+    if state is not None:
+        took(state, ALLGATHER, recv.nbytes * size, code, zc, t)
+
+
+def Allgatherv(self, sendbuf, recvbuf):
+    """Gather to All Vector (the receive counts are known on every rank)."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    vec = None
+    if not disabled and not small(recvbuf, lo[ALLGATHERV]):
+        vec = parse_vector(recvbuf, True, size)
+        if vec is not None:
+            recv, counts, displs = vec
+            if not within(ALLGATHERV, recv.nbytes):
+                vec = None
+            elif sendbuf is not _IN_PLACE:
+                send = parse(sendbuf, False)
+                if send is None or send.nbytes != \
+                        counts[rank] * recv.itemsize:
+                    vec = None
+    state = state_of(self, ALLGATHERV) if vec is not None else None
+    if state is not None:
+        code = take(self, state, ALLGATHERV, recv.nbytes, -1)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Allgatherv(self, sendbuf, recvbuf)
+        passed(ALLGATHERV, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        item = recv.itemsize
+        addrs = [recv.address + d * item for d in displs]
+        sizes = [c * item for c in counts]
+        sendaddr = addrs[rank] if send is None else send.address
+        # every rank's counts must agree with what each sender sends
+        pairs = pairs_sent(rank, [sizes[rank]] * size) + pairs_received(rank, sizes)
+        zc = run(self, ALLGATHERV, code, lambda: _Stock.Allgatherv(self, sendbuf, recvbuf),
+                 state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1, max(sizes),
+                                     "Allgatherv", pairs))
+        if zc >= 0:
+            pooled(ALLGATHERV, recv.count * item, t0)
+    if state is not None:
+        took(state, ALLGATHERV, recv.nbytes, code, zc, t)
+
+
+def Gather(self, sendbuf, recvbuf, int root=0):
+    """Gather together values from a group of processes."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send = None, recv = None
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef Py_ssize_t block = -1
+    if not disabled and lo[GATHER] != NEVER and 0 <= root < size and \
+            not (skip(self, GATHER, recvbuf) if rank == root
+                 else skip(self, GATHER, sendbuf, size)):
+        if rank == root:
+            recv = parse(recvbuf, True, size)
+            if recv is not None:
+                block = recv.nbytes
+                if sendbuf is not _IN_PLACE:
+                    send = parse(sendbuf, False)
+                    if send is None or send.nbytes != block:
+                        block = -1
+        else:
+            send = parse(sendbuf, False)
+            if send is not None:
+                block = send.nbytes
+    if block >= 0 and not within(GATHER, block * size):
+        block = -1
+    state = state_of(self, GATHER) if block >= 0 else None
+    if state is not None:
+        code = take(self, state, GATHER, block * size, root,
+                    send.address if send is not None else 0, block,
+                    recv.address if recv is not None else 0, block * size)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Gather(self, sendbuf, recvbuf, root)
+        passed(GATHER, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        if rank == root:
+            addrs = [recv.address + q * block for q in range(size)]
+        else:
+            addrs = [0] * size
+        sendaddr = addrs[rank] if send is None else send.address
+        zc = run(self, GATHER, code, lambda: _Stock.Gather(self, sendbuf, recvbuf, root),
+                 state.pool.gather, (sendaddr, block, addrs, [block] * size, root, block,
+                                     "Gather"))
+        if zc >= 0:
+            pooled(GATHER, block * size, t0)
+    if state is not None:
+        took(state, GATHER, block * size, code, zc, t)
+
+
+def Gatherv(self, sendbuf, recvbuf, int root=0):
+    """Gather Vector.  Only the root knows every count, so the ranks
+    agree in a header step of the control lines: each publishes its
+    largest block (or that it cannot take the pool path) and all decide
+    from the maximum alike."""
+    ensure_configured()
+    cdef double t0 = start(), t
+    cdef Message send, recv
+    cdef int size = self.Get_size(), rank = self.Get_rank(), code, zc = 0
+    state, agreed, code, recv, counts, displs, send = settle_rooted_v(
+        self, GATHERV, recvbuf, True, sendbuf, root, size, rank)
+    if code <= 0:
+        if code == 0:
+            to_mpi(self)
+        t = clock()
+        _Stock.Gatherv(self, sendbuf, recvbuf, root)
+        passed(GATHERV, t0)
+    else:
+        t = now()
+        if not time_all:
+            t0 = t
+        if rank == root:
+            item = recv.itemsize
+            addrs = [recv.address + d * item for d in displs]
+            sizes = [c * item for c in counts]
+            sendaddr = addrs[rank] if send is None else send.address
+            nbytes = sizes[rank]
+        else:
+            addrs = [0] * size
+            sizes = [0] * size
+            sendaddr = send.address
+            nbytes = send.nbytes
+        zc = run(self, GATHERV, code, lambda: _Stock.Gatherv(self, sendbuf, recvbuf, root),
+                 state.pool.gather, (sendaddr, nbytes, addrs, sizes, root, agreed - 1,
+                                     "Gatherv"))
+        if zc >= 0:
+            pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
+    if state is not None:
+        took(state, GATHERV, (agreed - 1) * size, code, zc, t)

@@ -1,0 +1,194 @@
+# What every intercepted collective shares once its messages are parsed:
+# the block checksums of the v-collectives, the header step that settles
+# their path (`settle`, `settle_rooted_v`), running a pool algorithm with a
+# pass-through when a peer sent the call to MPI (`run`), and the checks
+# common to every reduction (`plan_reduce`).
+# (part of cxlmpi._shim: included by pyx/_shim.pyx)
+
+
+cdef inline uint64_t pairs_sent(int me, object nbytes):
+    """This rank's share of the block checksum for the blocks it sends
+    (`nbytes[d]` to rank d): see _pool.pair_hash."""
+    cdef uint64_t total = 0
+    for d, n in enumerate(nbytes):
+        total += <uint64_t>pair_hash(me, d, n)
+    return total
+
+
+cdef inline uint64_t pairs_received(int me, object nbytes):
+    """The share for the blocks it receives (`nbytes[q]` from rank q)."""
+    cdef uint64_t total = 0
+    for q, n in enumerate(nbytes):
+        total -= <uint64_t>pair_hash(q, me, n)
+    return total
+
+
+# The header value of a rank whose own message was refused (a count or
+# displacement outside its buffer): never 1 + a block's bytes, which live in
+# memory.  Every rank that sees it raises, so none is left waiting.
+cdef uint64_t REFUSED = 0xFFFFFFFFFFFFFFFF
+
+
+cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
+                  int root=-1, uint64_t pairs=0, object refused=None):
+    """(state, agreed, path code) for a v-collective: in a header step every
+    rank publishes 1 + its largest block (0: it cannot take the pool path)
+    and its share of the block checksum (`pairs`), and all decide alike
+    from the maximum (code 0: MPI, FOLLOW: MPI after a peer passed the
+    call, > 0: the pool).  The header carries the selector's report.  A
+    rank that refused its message (`refused`: the error) publishes REFUSED
+    and raises it; the others raise too."""
+    global learning
+    learning = False
+    if not eligible:
+        return None, 0, 0
+    state = state_of(comm, which)
+    if state is None:
+        if refused is not None:
+            raise refused
+        return None, 0, 0
+    cdef uint64_t agreed, most
+    cdef Routes r = state.routes
+    try:
+        if r is None:
+            agreed = state.pool.agree(REFUSED if refused is not None else local,
+                                      COLLECTIVES[which], root, pairs)
+        else:
+            report, mine = r.selector.report()
+            agreed, most = state.pool.header(REFUSED if refused is not None else local,
+                                             COLLECTIVES[which], root, pairs, report, mine)
+    except PoolFailure as exc:
+        if exc.passed and refused is None:  # a peer sent the call to MPI: follow
+            return None, 0, FOLLOW
+        raise run_failed(comm, exc) from None
+    if r is not None:
+        r.selector.delivered(most)
+    if refused is not None:
+        raise refused
+    if agreed == REFUSED:
+        from .errors import CXLMPIMessageError
+
+        raise CXLMPIMessageError(
+            f"cxlmpi: {COLLECTIVES[which]}: another rank's message runs outside "
+            f"its buffer (that rank raised the details)")
+    if agreed == 0 or not within(which, (agreed - 1) * size):
+        return None, 0, FOLLOW
+    code = take_agreed(state, which, (agreed - 1) * size)
+    return (state, agreed, code) if code > 0 else (state, agreed, FOLLOW)
+
+
+cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
+                           object own, int root, int size, int rank):
+    """Gatherv / Scatterv: parse the root's vector message (`vbuf`, its
+    counts in elements) and every rank's own block (`own`; at the root it
+    may be IN_PLACE), then settle the path as `settle` does.  Returns
+    (state, agreed, path code, vector message, counts, displs, own message).
+    Only the root reads `vbuf`: when its counts or displacements run outside
+    the buffer it raises, and the header step makes every rank raise."""
+    cdef Message vmsg = None, mine = None
+    cdef uint64_t local = 0
+    eligible = not disabled and lo[which] != NEVER and 0 <= root < size
+    counts = displs = None
+    ok = eligible
+    refused = None
+    if ok and rank == root:
+        try:
+            vec = parse_vector(vbuf, vwritable, size)
+        except ValueError as exc:
+            vec, refused = None, exc
+        if vec is None:
+            ok = False
+        else:
+            vmsg, counts, displs = vec
+    if ok and not (rank == root and own is _IN_PLACE):
+        try:
+            mine = parse(own, not vwritable)
+        except ValueError as exc:
+            mine, refused = None, exc
+        ok = mine is not None and (rank != root or
+                                   mine.nbytes == counts[rank] * vmsg.itemsize)
+    cdef uint64_t pairs = 0
+    if ok:
+        local = 1 + (max(counts) * vmsg.itemsize if rank == root else mine.nbytes)
+        # the root's blocks against each rank's own (the root's own block
+        # was checked above); Gatherv: ranks send, Scatterv: they receive
+        if rank == root:
+            # the root's own block is not exchanged: equal terms cancel
+            sizes = [c * vmsg.itemsize for c in counts]
+            pairs = pairs_received(root, sizes) if vwritable else pairs_sent(root, sizes)
+            pairs += <uint64_t>pair_hash(root, root, sizes[root]) if vwritable \
+                else -<uint64_t>pair_hash(root, root, sizes[root])
+        elif vwritable:
+            pairs = <uint64_t>pair_hash(rank, root, mine.nbytes)
+        else:
+            pairs = -<uint64_t>pair_hash(root, rank, mine.nbytes)
+    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused)
+    return state, agreed, code, vmsg, counts, displs, mine
+
+
+cdef inline object run_failed(object comm, object exc):
+    return _fail(comm, _states.get(comm.handle), exc)
+
+
+cdef int run(object comm, int which, int code, object stock, object method,
+             tuple args) except -9:
+    """Run a pool algorithm with the variant of path `code` (1 if it ran
+    zero-copy, else 0), turning its failure into the error the user sees (a
+    timeout naming the missing ranks, a dead peer, calls that do not
+    match); when a peer sent this call to MPI, call `stock` (the stock
+    collective) instead, as every rank does then (-1)."""
+    try:
+        if code > 1:
+            res = method(*args, flags=code - 1)
+        else:
+            res = method(*args)
+        return 1 if res else 0
+    except PoolFailure as exc:
+        if not exc.passed:
+            raise run_failed(comm, exc) from None
+    stock()
+    stat_pass[which] += 1
+    return -1
+
+
+def run_pool(comm, method, *args):
+    """Call a pool method (the object collectives' steps: their paths are
+    agreed before, so a peer in MPI here is a mismatch) and return its
+    result, or raise the error the user sees."""
+    try:
+        return method(*args)
+    except PoolFailure as exc:
+        raise run_failed(comm, exc) from None
+
+
+cdef inline object plan_reduce(object comm, int which, object sendbuf, object recvbuf,
+                               object op, bint receiving):
+    """(send, recv, op code) when the pool can take this reduction; `send`
+    stands for the receive buffer when sendbuf is IN_PLACE."""
+    cdef Message send, recv = None
+    if disabled or skip(comm, which, recvbuf if receiving and sendbuf is _IN_PLACE
+                        else sendbuf):
+        return None
+    opc = op_code(op)
+    if opc is None:
+        return None
+    if receiving:
+        recv = parse(recvbuf, True)
+        if recv is None:
+            return None
+        if sendbuf is _IN_PLACE:
+            send = recv
+        else:
+            send = parse(sendbuf, False)
+            if (send is None or send.count != recv.count
+                    or send.datatype.handle != recv.datatype.handle
+                    or overlap(send, recv)):
+                return None
+    else:
+        send = parse(sendbuf, False)
+        if send is None:
+            return None
+    if not within(which, send.nbytes) or send.tcode < 0 \
+            or not reducer_defined(opc, send.tcode):
+        return None
+    return send, recv, opc
