@@ -408,14 +408,16 @@ class Learner:
             best = code_of(entry["best"])
             runner = None if entry.get("runner_up") is None else code_of(entry["runner_up"])
             seconds = {code_of(k): float(v) for k, v in entry.get("seconds", {}).items()}
-            interval = int(entry.get("interval", MIN_INTERVAL))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if best not in cands or (runner is not None and runner not in cands):
             return None
         learner = cls(cands, samples={c: [s] for c, s in seconds.items() if c in cands})
         learner.best, learner.runner_up, learner.phase = best, runner, 1
-        learner.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, interval))
+        # Checked again soon, then spaced as learned: the cache's decision
+        # was made by another program (tune, a benchmark), whose data may
+        # have been cold where this one's is hot.
+        learner.interval = MIN_INTERVAL
         return learner
 
 

@@ -309,8 +309,12 @@ def test_cache_round_trip(tmp_path) -> None:
     learner = fresh.selectors[0].learners[(ALLREDUCE, 20, 0)]
     assert learner.best == job.selectors[0].learners[(ALLREDUCE, 20, 0)].best
     assert learner.phase == 1
-    # a warm start: no exploring before the first re-check
+    # a warm start: no exploring before the first re-check, which comes
+    # soon (the cache's decision was made by another program)
     assert fresh.call(ALLREDUCE, 1 << 20, cost) == learner.best and fresh.learning == 0
+    for call in range(select.MIN_INTERVAL + 2 * select.MAX_RUN):
+        fresh.call(ALLREDUCE, 1 << 20, cost, call)
+    assert learner.checks == 1, learner.checks
     assert select.load_cache(path, dict(fp, ranks=4)) == {}
     with open(path) as f:
         data = json.load(f)

@@ -476,20 +476,26 @@ def measure_all(ops: Sequence[bench.Collective], sizes: Sequence[int],
 # Tries of each candidate path when filling the cache (online: select.ROUNDS),
 # and the most calls a class may take to settle.
 FILL_ROUNDS = 5
-FILL_CALLS = 200
+FILL_CALLS = 2000
 
 
-def fill_cache(ops: Sequence[bench.Collective], sizes: Sequence[int],
-               args: argparse.Namespace) -> int:
-    """Run every op at every size, private and pool buffers, until adaptive
-    selection settles each class; write the cache.  The exit status."""
-    os.environ["CXLMPI_TUNING"] = "adaptive"
+def _settings(tuning: str) -> config.Config:
+    """cxlmpi's settings, re-read with CXLMPI_TUNING=`tuning`."""
+    os.environ["CXLMPI_TUNING"] = tuning
     try:
         cfg = config.reload()
     except CXLMPIConfigError as exc:
         raise TuneError(str(exc)) from None
     if cfg.disable:
         raise TuneError("CXLMPI_DISABLE=1 passes every call to MPI: nothing to tune")
+    return cfg
+
+
+def fill_cache(ops: Sequence[bench.Collective], sizes: Sequence[int],
+               args: argparse.Namespace) -> int:
+    """Run every op at every size, private and pool buffers, until adaptive
+    selection settles each class; write the cache.  The exit status."""
+    cfg = _settings("adaptive")
     path = select.cache_path(cfg)
     if path is None:
         raise TuneError("CXLMPI_CACHE=off: there is no cache to fill")
@@ -549,13 +555,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return int(world.bcast(fill_cache(ops, sizes, args), root=0))
     # Force the pool path at every size >= CXLMPI_THRESHOLD before cxlmpi's
     # settings are (re)read: the measurements must compare both paths.
-    os.environ["CXLMPI_TUNING"] = "pool"
-    try:
-        cfg = config.reload()
-    except CXLMPIConfigError as exc:
-        raise TuneError(str(exc)) from None
-    if cfg.disable:
-        raise TuneError("CXLMPI_DISABLE=1 passes every call to MPI: nothing to tune")
+    _settings("pool")
 
     wrapped = cxlmpi.wrap(MPI.Intracomm(world).Dup())
     stock = MPI.Intracomm(wrapped)  # plain mpi4py on the same MPI handle
