@@ -22,9 +22,10 @@
 #include <stdint.h>
 
 #define CXL_MAGIC 0x31304c504d4c5843ull  /* "CXLMPL01" little-endian */
-#define CXL_LAYOUT_VERSION 3             /* 2: call signatures, pass marks; 3: asleep */
+#define CXL_LAYOUT_VERSION 4  /* 2: call signatures, pass marks; 3: asleep; 4: its own line */
 #define CXL_HEADER_NBYTES 4096
-#define CXL_CTRL_NBYTES 128
+#define CXL_LINE_NBYTES 64
+#define CXL_CTRL_NBYTES 256
 
 /* The segment header, written once by the creating rank (magic last). */
 typedef struct {
@@ -39,35 +40,47 @@ typedef struct {
     uint64_t arena_nbytes; /* +56  bytes of each rank's arena */
 } cxl_header;
 
-/* One rank's control line: 128 bytes, so that adjacent-line prefetch never
- * makes two ranks' lines share.  Fields first, then a release-store of seq.
- * The first 64-byte line carries every step; the second one is read only at
- * a call's first step (software coherence writes it back before seq). */
+/* One rank's control line: four 64-byte lines, grouped by how often they
+ * are written, so that no line a peer reads on every call is also written
+ * by its rank on every call; 256 bytes, so that adjacent-line prefetch
+ * (pairs of lines) never makes two ranks' lines share.  Fields first, then
+ * a release-store of seq. */
 typedef struct {
+    /* line 0: written at every step */
     uint64_t seq;          /* +0   steps this rank published (release-stored last) */
     int64_t pid;           /* +8   its process id (liveness: same host only) */
     uint64_t value[2];     /* +16  a number published with a step, by step parity */
     uint64_t host;         /* +32  its host's identity (cxlmpi.backends) */
     uint64_t attached;     /* +40  1 while it has the pool mapped */
     uint64_t value2[2];    /* +48  a second number of a header step, by parity */
-    /* second line */
+    /* line 1: written at a call's first step, or when it passes a call;
+     * read by peers only at a call's first step (software coherence
+     * writes it back before seq) */
     uint64_t sig[3][2];    /* +64  the call whose first step this is, by parity:
                             *      [0] what, call number, op, type, root
                             *      [1] bytes (the same on every rank)
                             *      [2] its share of the block checksum */
     uint64_t passed;       /* +112 its last call sent to MPI */
-    uint32_t asleep;       /* +120 0, or 1 + the peer whose seq word this rank
-                            *      sleeps on (a futex; same host only), read
-                            *      by that peer after each store of its seq or
-                            *      passed, which then wakes it */
-    uint32_t cpu;          /* +124 1 + the CPU this rank last waited on (0:
+    uint64_t pad1;         /* +120 */
+    /* line 2: written only when this rank falls asleep, wakes, or waits on
+     * another CPU; read by every peer after each store of its seq or
+     * passed (a pass-through call among them): kept out of lines 0 and 1
+     * so that those reads hit the reader's cache (in line 1 they cost a
+     * cache-line transfer per passed call, 0.1-0.2 us) */
+    uint32_t asleep;       /* +128 0, or 1 + the peer whose seq word this rank
+                            *      sleeps on (a futex; same host only), which
+                            *      then wakes it */
+    uint32_t cpu;          /* +132 1 + the CPU this rank last waited on (0:
                             *      unknown): a peer does not spin for a rank
                             *      queued behind it on its own CPU */
+    uint64_t pad2[7];      /* +136 */
+    uint64_t pad3[8];      /* +192 line 3: the pair of line 2 */
 } cxl_ctrl;
 
 _Static_assert(sizeof(cxl_header) == 64, "cxl_header is one cache line");
-_Static_assert(sizeof(cxl_ctrl) == CXL_CTRL_NBYTES, "a control line is 128 bytes");
-_Static_assert(offsetof(cxl_ctrl, sig) == 64, "the signature opens the second line");
+_Static_assert(sizeof(cxl_ctrl) == CXL_CTRL_NBYTES, "a control line is 256 bytes");
+_Static_assert(offsetof(cxl_ctrl, sig) == CXL_LINE_NBYTES, "the signature opens line 1");
+_Static_assert(offsetof(cxl_ctrl, asleep) == 2 * CXL_LINE_NBYTES, "asleep opens line 2");
 _Static_assert(offsetof(cxl_ctrl, pid) == 8 && offsetof(cxl_ctrl, host) == 32
                && offsetof(cxl_ctrl, attached) == 40,
                "cxlmpi.backends reads these offsets through LAYOUT");

@@ -78,3 +78,21 @@ def test_ranks_bound_to_a_core_each_busy_poll() -> None:
 def test_ranks_bound_to_one_cpu_take_turns() -> None:
     """Two ranks bound to the same CPU: no busy-polling on either."""
     assert [r["spin"] for r in run(2, "together")] == [False, False]
+
+
+def test_the_words_peers_read_on_every_call_stay_in_their_readers_caches() -> None:
+    """After every step and every call it passes to MPI, a rank reads each
+    peer's `asleep` word (whether to wake it).  That word and `cpu` are
+    written only when a rank falls asleep, wakes or moves, so they must not
+    share a 64-byte line with `seq` or `passed`, which their rank writes at
+    every step and pass: each read would then fetch the line from the
+    writer's cache (measured 0.1-0.2 us per passed 8-byte call at 2 ranks,
+    when `asleep` sat beside `passed`)."""
+    from cxlmpi._pool import LAYOUT
+
+    line = LAYOUT["line_nbytes"]
+    busy = {LAYOUT["ctrl_seq"] // line, LAYOUT["ctrl_passed"] // line}
+    quiet = {LAYOUT["ctrl_asleep"] // line, LAYOUT["ctrl_cpu"] // line}
+    assert not busy & quiet, LAYOUT
+    # adjacent-line prefetch works on pairs of lines: ranks' lines never pair
+    assert LAYOUT["ctrl_nbytes"] % (2 * line) == 0, LAYOUT

@@ -10,6 +10,7 @@ cdef extern from "cxl_layout.h" nogil:
         CXL_LAYOUT_VERSION
         HEADER_NBYTES "CXL_HEADER_NBYTES"
         CTRL_NBYTES "CXL_CTRL_NBYTES"
+        LINE_NBYTES "CXL_LINE_NBYTES"
     ctypedef struct cxl_header:
         uint64_t magic
         uint32_t version
@@ -41,12 +42,17 @@ cdef cxl_ctrl _ctrl_example
 def _layout():
     cdef char *at = <char *>&_ctrl_example
     return {"header_nbytes": HEADER_NBYTES, "ctrl_nbytes": CTRL_NBYTES,
+            "line_nbytes": LINE_NBYTES,
+            "ctrl_seq": <char *>&_ctrl_example.seq - at,
+            "ctrl_passed": <char *>&_ctrl_example.passed - at,
+            "ctrl_asleep": <char *>&_ctrl_example.asleep - at,
+            "ctrl_cpu": <char *>&_ctrl_example.cpu - at,
             "ctrl_pid": <char *>&_ctrl_example.pid - at,
             "ctrl_host": <char *>&_ctrl_example.host - at,
             "ctrl_attached": <char *>&_ctrl_example.attached - at}
 
 
-# Offsets of the shared layout that Python code reads (cxlmpi.backends).
+# Offsets of the shared layout that Python code reads (cxlmpi.backends, tests).
 LAYOUT = _layout()
 # Status codes returned by the nogil algorithms.
 DEF OK = 0

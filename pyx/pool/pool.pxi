@@ -615,7 +615,7 @@ cdef class Pool:
         for q in range(self.st.size):
             line = ctrl(&self.st, q)
             if self.st.sw:
-                cxl_flush(line.sig, CTRL_NBYTES // 2, 1)
+                cxl_flush(line.sig, LINE_NBYTES, 1)
             a = line.sig[0][self.st.step & 1]
             out.append((KIND_NAMES.get(a >> 48, f"call {a >> 48:#x}"),
                         <int>(a & 0xFFFF) - 1, <int>((a >> 24) & 0xFF) - 1,

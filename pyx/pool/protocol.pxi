@@ -31,8 +31,8 @@
 cdef inline void publish(state_t *st) noexcept nogil:
     """Make this rank's writes of the next step visible, then announce it
     (with the call's signature when the step is the call's first).  In sw
-    mode the line's second half (the signature) is written back before the
-    sequence number is stored, the first half (seq, values) after."""
+    mode line 1 (the signature) is written back before the sequence number
+    is stored, line 0 (seq, values) after."""
     cdef cxl_ctrl *line = ctrl(st, st.rank)
     cdef int k
     st.step += 1
@@ -40,10 +40,10 @@ cdef inline void publish(state_t *st) noexcept nogil:
         for k in range(3):
             line.sig[k][st.step & 1] = st.sig[k]
         if st.sw:
-            cxl_flush(line.sig, CTRL_NBYTES // 2, 0)
+            cxl_flush(line.sig, LINE_NBYTES, 0)
     cxl_store_release(&line.seq, st.step)
     if st.sw:
-        cxl_flush(line, CTRL_NBYTES // 2, 0)
+        cxl_flush(line, LINE_NBYTES, 0)
     else:
         wake_sleepers(st)
 
@@ -85,7 +85,7 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     of a peer that did not pass this one means the ranks' calls are out of
     step: a mismatch (-1), never a silent detour."""
     if st.sw:
-        cxl_flush(line.sig, CTRL_NBYTES // 2, 1)
+        cxl_flush(line.sig, LINE_NBYTES, 1)
     if not ahead:
         if cxl_load_acquire(&line.passed) < st.ops:
             return 0
@@ -93,7 +93,7 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
         # publishing its step of this one, which the seq read first may
         # have missed: look again (seq is stored before passed).
         if st.sw:
-            cxl_flush(line, CTRL_NBYTES // 2, 1)
+            cxl_flush(line, LINE_NBYTES, 1)
         ahead = cxl_load_acquire(&line.seq) >= st.step
     cdef uint64_t theirs
     if ahead:
@@ -112,10 +112,10 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     st.step -= 1
     mine.passed = st.ops
     if st.sw:
-        cxl_flush(mine.sig, CTRL_NBYTES // 2, 0)
+        cxl_flush(mine.sig, LINE_NBYTES, 0)
     cxl_store_release(&mine.seq, st.step)
     if st.sw:
-        cxl_flush(mine, CTRL_NBYTES // 2, 0)
+        cxl_flush(mine, LINE_NBYTES, 0)
     else:
         wake_sleepers(st)
     return 1
@@ -134,7 +134,7 @@ cdef void mark_passed(void *state) noexcept nogil:
     cdef cxl_ctrl *line = ctrl(st, st.rank)
     cxl_store_release(&line.passed, st.ops)
     if st.sw:
-        cxl_flush(line.sig, CTRL_NBYTES // 2, 0)
+        cxl_flush(line.sig, LINE_NBYTES, 0)
     else:
         wake_sleepers(st)
 
@@ -152,7 +152,7 @@ cdef int check_signatures(state_t *st) noexcept nogil:
     for q in range(st.size):
         line = ctrl(st, q)
         if st.sw and q != st.rank:
-            cxl_flush(line.sig, CTRL_NBYTES // 2, 1)
+            cxl_flush(line.sig, LINE_NBYTES, 1)
         if line.sig[0][st.step & 1] != st.sig[0] or line.sig[1][st.step & 1] != st.sig[1]:
             st.failed_rank = q
             st.failed_code = ERR_MISMATCH
@@ -414,7 +414,7 @@ cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
         return rc
     for q in range(st.size):
         if st.sw and q != st.rank:
-            cxl_flush(ctrl(st, q), CTRL_NBYTES // 2, 1)
+            cxl_flush(ctrl(st, q), LINE_NBYTES, 1)
         sends[q] = value_ptr(st, q, st.step)[0]
         recvs[q] = value2_ptr(st, q, st.step)[0]
     return OK
