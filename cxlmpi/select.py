@@ -66,6 +66,7 @@ NCLASSES = 64
 ROUNDS = 3               # tries of each surviving candidate
 DROP_AFTER_ONE = 2.0     # a candidate this much slower than the best after one try
 UNTRIED = 1.5            # what an untried candidate is expected to cost (x the best)
+MPI_MARGIN = 0.97        # a pool path is kept over MPI only when this much faster
 EXPLORE_BUDGET = 7.0     # calls' worth of the best path that exploring may waste ...
 EXPLORE_SHARE = 0.02     # ... and this share of the communicator's calls since
 SWITCH_MARGIN = 0.95     # the runner-up takes over when this much faster
@@ -192,10 +193,14 @@ class Learner:
         return not (self.warm_mpi if code == MPI_PATH else self.warm_pool)
 
     def try_len(self, code: int) -> int:
-        """Calls of the next try of `code`: one for a warm-up and for a
-        candidate's first look (a slow one is dropped after a single
-        call), else the class's run length."""
-        return 1 if self.warming(code) or code not in self.est else self.run_len
+        """Calls of the next try of `code`: one for a warm-up; for a
+        candidate's first look as few as give a sample (a slow one is
+        dropped after it): one call, or two where the class's runs are
+        timed end to end (cxlmpi._shim.Routes: from the end of one call to
+        the end of the next); else the class's run length."""
+        if self.warming(code):
+            return 1
+        return min(2, self.run_len) if code not in self.est else self.run_len
 
     # ----------------------------------------------------------- exploring
 
@@ -317,7 +322,10 @@ class Learner:
                         self.alive.remove(c)
 
     def _settle(self) -> None:
-        ranked = sorted(self.est, key=lambda c: (self.est[c], self.candidates.index(c)))
+        # (MPI, the reference, unless a pool path is clearly faster: ties
+        # and noise must not make a program slower than stock)
+        ranked = sorted(self.est, key=lambda c: (
+            self.est[c] / (1.0 if c == MPI_PATH else MPI_MARGIN), self.candidates.index(c)))
         ranked = [c for c in ranked if c in self.candidates]
         self.best = ranked[0]
         self.runner_up = ranked[1] if len(ranked) > 1 else None
@@ -332,11 +340,17 @@ class Learner:
         calls, one of them on the runner-up) costs at most CHECK_SHARE of
         the time between re-checks; the interval doubles while the
         runner-up stays behind, and starts again when it is close."""
+        untried = [c for c in self.candidates if c not in self.est]
+        calls = self.run_len
+        if untried:
+            # the next re-check looks at one (start_check): a first look,
+            # as slow as a candidate worth keeping may be
+            runner_s, calls = DROP_AFTER_ONE * best_s, self.try_len(untried[0])
         if runner_s is None or not math.isfinite(runner_s) or best_s <= 0:
             self.interval = MAX_INTERVAL
             return
-        # (a re-check times a run of each: run_len calls of the other path)
-        cost = self.run_len * max(runner_s - best_s, 0.0) + 3 * LEARN_OVERHEAD_S
+        # (a re-check times a run of each: the other path's extra time)
+        cost = calls * max(runner_s - best_s, 0.0) + 3 * LEARN_OVERHEAD_S
         want = int(cost / (CHECK_SHARE * best_s))
         if runner_s < 1.1 * best_s:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want))
@@ -387,15 +401,22 @@ class Learner:
             else None
         if other_s < (runner_s or math.inf):
             runner_s = other_s
-        untried = any(c not in self.est for c in self.candidates)
-        self._schedule(best_s, best_s if untried else runner_s)
+        self._schedule(best_s, runner_s)
 
     # --------------------------------------------------------------- cache
 
+    def choice(self) -> int | None:
+        """The path the class takes: the settled best, or while exploring
+        the fastest seen so far (None before any sample)."""
+        return self.best if self.best is not None else self.leader()
+
     def as_cache(self) -> dict[str, Any]:
-        assert self.best is not None
-        return {"best": code_name(self.best),
-                "runner_up": None if self.runner_up is None else code_name(self.runner_up),
+        best = self.choice()
+        assert best is not None
+        runner = self.runner_up if self.best is not None else min(
+            (c for c in self.est if c != best), key=self.estimate, default=None)
+        return {"best": code_name(best),
+                "runner_up": None if runner is None else code_name(runner),
                 "seconds": {code_name(c): self.estimate(c) for c in self.candidates
                             if self.samples.get(c)},
                 "interval": self.interval}
@@ -561,8 +582,10 @@ class Selector:
     # ---------------------------------------------------------------- show
 
     def decisions(self) -> dict[tuple[int, int, int], Learner]:
-        """The settled classes."""
-        return {k: v for k, v in self.learners.items() if v.best is not None}
+        """The classes with a choice: settled, or exploring with a fastest
+        path seen (what the cache keeps: a class of cheap calls may still
+        explore when the job ends)."""
+        return {k: v for k, v in self.learners.items() if v.choice() is not None}
 
 
 def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | None:
@@ -714,7 +737,7 @@ def save_cache(path: str | None, fp: dict[str, Any],
         entry = data["machines"].setdefault(_key(fp), {"machine": fp, "decisions": {}})
         table = entry.setdefault("decisions", {})
         for (which, sc, pl), learner in sorted(learned.items()):
-            if learner.best is None:
+            if learner.choice() is None:
                 continue
             table.setdefault(config.COLLECTIVES[which], {}).setdefault(
                 _size_name(sc), {})[PLACEMENTS[pl]] = learner.as_cache()

@@ -75,11 +75,24 @@ cdef object _DATATYPE = MPI.Datatype
 cdef object _OP = MPI.Op
 cdef object _BYTE = MPI.BYTE
 cdef object _BOTTOM = MPI.BOTTOM
+# The stock collectives, looked up once (the pass-through calls them).
 cdef object _stock_barrier = MPI.Intracomm.Barrier
 cdef object _stock_bcast = MPI.Intracomm.Bcast
 cdef object _stock_reduce = MPI.Intracomm.Reduce
 cdef object _stock_allreduce = MPI.Intracomm.Allreduce
-cdef object _Stock = MPI.Intracomm
+cdef object _stock_allgather = MPI.Intracomm.Allgather
+cdef object _stock_allgatherv = MPI.Intracomm.Allgatherv
+cdef object _stock_gather = MPI.Intracomm.Gather
+cdef object _stock_gatherv = MPI.Intracomm.Gatherv
+cdef object _stock_scatter = MPI.Intracomm.Scatter
+cdef object _stock_scatterv = MPI.Intracomm.Scatterv
+cdef object _stock_alltoall = MPI.Intracomm.Alltoall
+cdef object _stock_alltoallv = MPI.Intracomm.Alltoallv
+cdef object _stock_reduce_scatter_block = MPI.Intracomm.Reduce_scatter_block
+cdef object _stock_reduce_scatter = MPI.Intracomm.Reduce_scatter
+cdef object _stock_scan = MPI.Intracomm.Scan
+cdef object _stock_exscan = MPI.Intracomm.Exscan
+
 
 # ------------------------------------------------------------------ stats
 
@@ -129,6 +142,8 @@ cdef inline void passed(int which, double t0) noexcept:
     stat_pass[which] += 1
     if time_all:
         stat_seconds[which] += now() - t0
+    if _run_routes is not None:   # a call of a timed run that `skip` sent to MPI
+        timed_pass(which)
 
 
 # The communicator object to_mpi saw last and its pool (None: none), so
@@ -541,6 +556,41 @@ cdef object _state_for = None
 cdef object _fail = None
 
 
+# The communicator the last call was made on, its rank, size and pool state
+# (None: none yet): a run of calls on one communicator asks mpi4py and the
+# states once (rank and size never change while a communicator lives; the
+# reference keeps the object from being another's; setting a state up
+# forgets it, see state_of).
+cdef object _sized_comm = None
+cdef object _sized_state = None
+cdef int _sized_rank = 0, _sized_size = 0
+
+
+cdef inline int sized(object comm) except -1:
+    global _sized_comm, _sized_rank, _sized_size, _sized_state
+    if comm is not _sized_comm:
+        _sized_rank = comm.Get_rank()
+        _sized_size = comm.Get_size()
+        _sized_state = _states.get(comm.handle)
+        _sized_comm = comm
+    return 0
+
+
+cdef inline object comm_state(object comm):
+    sized(comm)
+    return _sized_state
+
+
+cdef inline int comm_rank(object comm) except -1:
+    sized(comm)
+    return _sized_rank
+
+
+cdef inline int comm_size(object comm) except -1:
+    sized(comm)
+    return _sized_size
+
+
 def bind(state_for, fail):
     """Install cxlmpi.comm's state set-up and failure reporting."""
     global _state_for, _fail
@@ -554,10 +604,10 @@ cpdef object pool_of(object comm, int which=-1):
     call it at the same point); None when its ranks share no pool or their
     pool hierarchy does not run that collective.  Raises the error that
     broke the pool, if one did."""
-    global _marked_comm
+    global _marked_comm, _sized_comm
     state = _states.get(comm.handle)
     if state is None:
-        _marked_comm = None
+        _marked_comm = _sized_comm = None
         state = _state_for(comm)
     if state.error is not None:
         raise state.error
@@ -569,10 +619,10 @@ cpdef object pool_of(object comm, int which=-1):
 cdef object state_of(object comm, int which):
     """`pool_of`, returning the communicator's state (None: no pool for
     this collective): its pool and its routes."""
-    global _marked_comm
+    global _marked_comm, _sized_comm
     state = _states.get(comm.handle)
     if state is None:
-        _marked_comm = None
+        _marked_comm = _sized_comm = None
         state = _state_for(comm)
     if state.error is not None:
         raise state.error
@@ -613,9 +663,19 @@ cdef class Routes:
     cdef uintptr_t arena_lo, arena_hi   # this rank's mapping of the arenas
     cdef Py_ssize_t zc_min              # CXLMPI_ZEROCOPY_THRESHOLD of the pool
     # The timed run in flight (at most one): its class (run_which -1: none),
-    # path, and this rank's time and count of its calls so far.
+    # path, and this rank's time and count of its calls so far.  A run of
+    # several calls is timed end to end (run_span): from the end of one of
+    # its calls to the end of the next, when no other call of the
+    # communicator came between (the call counter then moved by one), so
+    # that everything a call costs counts -- message parsing, the Python
+    # around it, its effect on the program's work between calls -- not
+    # only the collective (the pool path's parsing, outside the collective,
+    # made it look 0.2-0.3 us faster than it is at 4 KiB).  A single call
+    # (a warm-up; large messages) times the collective.
     cdef int run_which, run_sc, run_pl, run_code
-    cdef double run_seconds
+    cdef bint run_span
+    cdef double run_seconds, run_last
+    cdef uint64_t run_last_ops
     cdef long run_calls
 
     def __cinit__(self, pool):
@@ -639,7 +699,8 @@ cdef class Routes:
         call counter reaches `due` (or the next header step): a run."""
         self.set(which, sc, pl, code, due)
         self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
-        self.run_seconds = 0.0
+        self.run_span = due > self.ops_ptr[0] + 1
+        self.run_seconds = self.run_last = 0.0
         self.run_calls = 0
 
     def finish_run(self):
@@ -661,6 +722,28 @@ cdef class Routes:
 
 
 cdef bint learning = False   # the current call times its path for the selector
+cdef Routes _run_routes = None  # the routes of a call `skip` sent to MPI for a run
+
+
+cdef inline void run_ended_call(Routes r) noexcept:
+    """A call of a run timed end to end has ended (see Routes.run_span)."""
+    cdef double end = now()
+    if r.run_last > 0 and r.ops_ptr[0] == r.run_last_ops + 1:
+        r.run_seconds += end - r.run_last
+        r.run_calls += 1
+    r.run_last = end
+    r.run_last_ops = r.ops_ptr[0]
+
+
+cdef void timed_pass(int which) noexcept:
+    """`passed` for a call of an MPI run that `skip` let through."""
+    global learning, _run_routes
+    learning = False
+    cdef Routes r = _run_routes
+    _run_routes = None
+    if r.run_which >= 0 and r.run_span:
+        stat_learn[which] += 1
+        run_ended_call(r)
 
 
 cdef inline bint in_arenas(Routes r, uintptr_t address, Py_ssize_t nbytes) noexcept:
@@ -737,8 +820,11 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
     (the size, the routes), so that a call adaptive selection sends to MPI
     costs the pass-through's price.  Not when the residency hint could
     apply (pool-sized messages on a pool with arenas: the buffers' place
-    counts) or the class is being timed."""
-    global _ndarray
+    counts).  A call of a run timed on MPI passes too, and `passed` times
+    it (`learning`)."""
+    global _ndarray, learning, _run_routes
+    learning = False
+    _run_routes = None
     if _ndarray is None:
         numpy = sys.modules.get("numpy")
         if numpy is None:
@@ -751,7 +837,7 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
         return True
     if not adaptive:
         return False
-    state = _states.get(comm.handle)
+    state = comm_state(comm)
     if state is None:
         return False
     routes = state.routes
@@ -762,8 +848,15 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
         return False
     cdef int sc = size_class(nbytes)
     cdef int pl = r.where[which][sc]
-    return (r.choice[which][sc][pl] == 0 and r.ops_ptr[0] < r.due[which][sc][pl]
-            and not (which == r.run_which and sc == r.run_sc and pl == r.run_pl))
+    if r.choice[which][sc][pl] != 0 or r.ops_ptr[0] >= r.due[which][sc][pl]:
+        return False
+    if which == r.run_which and sc == r.run_sc and pl == r.run_pl:
+        # a call of a timed run on MPI: it takes the path a settled class
+        # takes (a run through `take` would count parsing MPI never pays
+        # then), and `passed` times it
+        learning = True
+        _run_routes = r
+    return True
 
 
 cdef inline double clock() noexcept:
@@ -787,6 +880,8 @@ cdef int took(object state, int which, Py_ssize_t nbytes, int code, int zc,
         stat_learn[which] += 1
         if code > 0 and zc != r.run_pl:
             r.run_calls = -(1 << 40)   # it did not run as the run's class: no sample
+        elif r.run_span:
+            run_ended_call(r)
         else:
             r.run_seconds += now() - t
             r.run_calls += 1

@@ -170,8 +170,12 @@ def test_every_rank_decides_alike_under_random_timings() -> None:
     # MPI a little ahead of every pool variant
     ({"mpi": 1.0, "pool+stream+bigchunk": 1.3, "pool+stream": 1.2, "pool": 1.4,
       "pool+bigchunk": 1.6}, "mpi"),
-    # everything close: noise must not cost more than the budget
+    # everything within 3 %: noise must not cost more than the budget, and
+    # MPI, the reference, is kept
     ({"mpi": 1.0, "pool+stream+bigchunk": 1.02, "pool+stream": 0.98, "pool": 1.01,
+      "pool+bigchunk": 1.03}, "mpi"),
+    # a pool path more than 3 % faster is taken
+    ({"mpi": 1.0, "pool+stream+bigchunk": 1.02, "pool+stream": 0.95, "pool": 1.01,
       "pool+bigchunk": 1.03}, "pool+stream"),
 ])
 def test_learning_costs_under_ten_percent_of_a_hundred_calls(table, best) -> None:
@@ -229,17 +233,18 @@ def test_a_cold_first_call_does_not_drop_the_fastest_path() -> None:
 
 @pytest.mark.parametrize("table, size, first, later", [
     ({"mpi": 6e-6, "pool": 8e-6}, 64 << 10, 0.10, 0.03),
-    ({"mpi": 8e-6, "pool": 5.5e-6}, 64 << 10, 0.15, 0.03),
+    ({"mpi": 8e-6, "pool": 5.5e-6}, 64 << 10, 0.25, 0.03),
     ({"mpi": 1.6e-6, "pool": 1.5e-6}, 4 << 10, 0.40, 0.08),
     ({"mpi": 1.5e-6, "pool": 3e-6}, 4 << 10, 0.40, 0.05),
 ])
 def test_cheap_calls_spread_their_exploring(table, size, first, later) -> None:
     """Calls that cost a few microseconds, against a learning call's own
     header step (~6 us) and each path's cold first call (~30 us): trying
-    both paths costs more than 10 % of 100 calls (up to 14 % at 64 KiB,
-    35 % at 4 KiB), so exploring goes on in steps spread over the calls --
-    the first 2000 within 3-8 % of the best path alone (header steps and
-    cold first calls counted) -- and the best path is found."""
+    both paths costs more than 10 % of 100 calls (up to 24 % at 64 KiB,
+    35 % at 4 KiB: one cold call of the other path is already 5-20 calls'
+    worth), so exploring goes on in steps spread over the calls -- the
+    first 2000 within 3-8 % of the best path alone (header steps and cold
+    first calls counted) -- and the best path is found."""
     job = realistic()
     least = min(table.values())
     for call in range(100):
@@ -307,7 +312,7 @@ def test_cache_round_trip(tmp_path) -> None:
     assert set(prior) == {(ALLREDUCE, 20, 0)}
     fresh = Job(2, prior=prior)
     learner = fresh.selectors[0].learners[(ALLREDUCE, 20, 0)]
-    assert learner.best == job.selectors[0].learners[(ALLREDUCE, 20, 0)].best
+    assert learner.best == job.selectors[0].learners[(ALLREDUCE, 20, 0)].choice()
     assert learner.phase == 1
     # a warm start: no exploring before the first re-check, which comes
     # soon (the cache's decision was made by another program)

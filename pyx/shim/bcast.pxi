@@ -33,8 +33,8 @@ def Bcast(self, buf, int root=0):
     cdef double t0 = start(), t
     cdef Message msg = None
     cdef int code = 0, zc = 0
-    if not disabled and not skip(self, BCAST, buf) and 0 <= root < self.Get_size():
-        msg = parse(buf, root != self.Get_rank())
+    if not disabled and not skip(self, BCAST, buf) and 0 <= root < comm_size(self):
+        msg = parse(buf, root != comm_rank(self))
         if msg is not None and not within(BCAST, msg.nbytes):
             msg = None
     state = state_of(self, BCAST) if msg is not None else None

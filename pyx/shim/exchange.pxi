@@ -12,7 +12,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
     if not disabled and lo[SCATTER] != NEVER and 0 <= root < size and \
             not (skip(self, SCATTER, sendbuf) if rank == root
@@ -40,7 +40,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Scatter(self, sendbuf, recvbuf, root)
+        _stock_scatter(self, sendbuf, recvbuf, root)
         passed(SCATTER, t0)
     else:
         t = now()
@@ -55,7 +55,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         recv_addrs, recv_sizes = list(zeros), list(zeros)
         recv_sizes[root] = block
         recv_addrs[root] = send_addrs[root] if recv is None else recv.address
-        zc = run(self, SCATTER, code, lambda: _Stock.Scatter(self, sendbuf, recvbuf, root),
+        zc = run(self, SCATTER, code, lambda: _stock_scatter(self, sendbuf, recvbuf, root),
                  state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
                                        block, "Scatter"))
         if zc >= 0:
@@ -70,14 +70,14 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send, recv
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
     state, agreed, code, send, counts, displs, recv = settle_rooted_v(
         self, SCATTERV, sendbuf, False, recvbuf, root, size, rank)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Scatterv(self, sendbuf, recvbuf, root)
+        _stock_scatterv(self, sendbuf, recvbuf, root)
         passed(SCATTERV, t0)
     else:
         t = now()
@@ -95,7 +95,7 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
             recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
         else:
             recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
-        zc = run(self, SCATTERV, code, lambda: _Stock.Scatterv(self, sendbuf, recvbuf, root),
+        zc = run(self, SCATTERV, code, lambda: _stock_scatterv(self, sendbuf, recvbuf, root),
                  state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
                                        agreed - 1, "Scatterv"))
         if zc >= 0:
@@ -110,11 +110,11 @@ def Alltoall(self, sendbuf, recvbuf):
     cdef double t0 = start(), t
     if disabled or skip(self, ALLTOALL, recvbuf):
         to_mpi(self)
-        _Stock.Alltoall(self, sendbuf, recvbuf)
+        _stock_alltoall(self, sendbuf, recvbuf)
         passed(ALLTOALL, t0)
         return
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), code = 0, zc = 0
+    cdef int size = comm_size(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
     recv = parse(recvbuf, True, size)
     if recv is not None:
@@ -134,7 +134,7 @@ def Alltoall(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Alltoall(self, sendbuf, recvbuf)
+        _stock_alltoall(self, sendbuf, recvbuf)
         passed(ALLTOALL, t0)
     else:
         t = now()
@@ -144,7 +144,7 @@ def Alltoall(self, sendbuf, recvbuf):
         send_addrs = recv_addrs if send is None else \
             [send.address + d * block for d in range(size)]
         sizes = [block] * size
-        zc = run(self, ALLTOALL, code, lambda: _Stock.Alltoall(self, sendbuf, recvbuf),
+        zc = run(self, ALLTOALL, code, lambda: _stock_alltoall(self, sendbuf, recvbuf),
                  state.pool.exchange, (send_addrs, sizes, recv_addrs, sizes, block,
                                        "Alltoall"))
         if zc >= 0:
@@ -161,7 +161,7 @@ def Alltoallv(self, sendbuf, recvbuf):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), code, zc = 0
+    cdef int size = comm_size(self), code, zc = 0
     cdef uint64_t local = 0, pairs = 0
     eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
     rvec = svec = None
@@ -176,21 +176,21 @@ def Alltoallv(self, sendbuf, recvbuf):
             send, scounts, sdispls = svec
             recv, rcounts, rdispls = rvec
             local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
-            pairs = (pairs_sent(self.Get_rank(), [c * send.itemsize for c in scounts])
-                     + pairs_received(self.Get_rank(), [c * recv.itemsize for c in rcounts]))
+            pairs = (pairs_sent(comm_rank(self), [c * send.itemsize for c in scounts])
+                     + pairs_received(comm_rank(self), [c * recv.itemsize for c in rcounts]))
     state, agreed, code = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Alltoallv(self, sendbuf, recvbuf)
+        _stock_alltoallv(self, sendbuf, recvbuf)
         passed(ALLTOALLV, t0)
     else:
         t = now()
         if not time_all:
             t0 = t
         si, ri = send.itemsize, recv.itemsize
-        zc = run(self, ALLTOALLV, code, lambda: _Stock.Alltoallv(self, sendbuf, recvbuf),
+        zc = run(self, ALLTOALLV, code, lambda: _stock_alltoallv(self, sendbuf, recvbuf),
                  state.pool.exchange, ([send.address + d * si for d in sdispls],
                                        [c * si for c in scounts],
                                        [recv.address + d * ri for d in rdispls],
@@ -208,11 +208,11 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     if disabled or skip(self, REDUCE_SCATTER_BLOCK,
                         recvbuf if sendbuf is _IN_PLACE else sendbuf):
         to_mpi(self)
-        _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+        _stock_reduce_scatter_block(self, sendbuf, recvbuf, op)
         passed(REDUCE_SCATTER_BLOCK, t0)
         return
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), code = 0, zc = 0
+    cdef int size = comm_size(self), code = 0, zc = 0
     opc = op_code(op)
     if opc is not None:
         if sendbuf is _IN_PLACE:
@@ -236,7 +236,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+        _stock_reduce_scatter_block(self, sendbuf, recvbuf, op)
         passed(REDUCE_SCATTER_BLOCK, t0)
     else:
         t = now()
@@ -245,7 +245,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         block = recv.nbytes
         base = recv.address if send is None else send.address
         zc = run(self, REDUCE_SCATTER_BLOCK, code,
-                 lambda: _Stock.Reduce_scatter_block(self, sendbuf, recvbuf, op),
+                 lambda: _stock_reduce_scatter_block(self, sendbuf, recvbuf, op),
                  state.pool.reduce_scatter,
                  ([base + d * block for d in range(size)], [recv.count] * size,
                   recv.address, recv.itemsize, opc, recv.tcode, send is None,
@@ -263,7 +263,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     cdef Py_ssize_t total = 0
     opc = None if disabled or recvcounts is None or \
         small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER]) \
@@ -297,7 +297,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
+        _stock_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
         passed(REDUCE_SCATTER, t0)
     else:
         t = now()
@@ -311,7 +311,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
             addrs.append(base + acc * item)
             acc += c
         zc = run(self, REDUCE_SCATTER, code,
-                 lambda: _Stock.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+                 lambda: _stock_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
                  state.pool.reduce_scatter, (addrs, counts, recv.address, item, opc,
                                              recv.tcode, send is None, "Reduce_scatter"))
         if zc >= 0:

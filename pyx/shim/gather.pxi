@@ -12,11 +12,11 @@ def Allgather(self, sendbuf, recvbuf):
     cdef double t0 = start(), t
     if disabled or skip(self, ALLGATHER, recvbuf):
         to_mpi(self)
-        _Stock.Allgather(self, sendbuf, recvbuf)
+        _stock_allgather(self, sendbuf, recvbuf)
         passed(ALLGATHER, t0)
         return
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     recv = parse(recvbuf, True, size)
     if recv is not None and within(ALLGATHER, recv.nbytes * size):
         if sendbuf is not _IN_PLACE:
@@ -34,7 +34,7 @@ def Allgather(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Allgather(self, sendbuf, recvbuf)
+        _stock_allgather(self, sendbuf, recvbuf)
         passed(ALLGATHER, t0)
     else:
         t = now()
@@ -43,7 +43,7 @@ def Allgather(self, sendbuf, recvbuf):
         block = recv.nbytes
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
-        zc = run(self, ALLGATHER, code, lambda: _Stock.Allgather(self, sendbuf, recvbuf),
+        zc = run(self, ALLGATHER, code, lambda: _stock_allgather(self, sendbuf, recvbuf),
                  state.pool.gather, (sendaddr, block, addrs, [block] * size, -1, block,
                                      "Allgather"))
         if zc >= 0:
@@ -57,7 +57,7 @@ def Allgatherv(self, sendbuf, recvbuf):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     vec = None
     if not disabled and not small(recvbuf, lo[ALLGATHERV]):
         vec = parse_vector(recvbuf, True, size)
@@ -77,7 +77,7 @@ def Allgatherv(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Allgatherv(self, sendbuf, recvbuf)
+        _stock_allgatherv(self, sendbuf, recvbuf)
         passed(ALLGATHERV, t0)
     else:
         t = now()
@@ -89,7 +89,7 @@ def Allgatherv(self, sendbuf, recvbuf):
         sendaddr = addrs[rank] if send is None else send.address
         # every rank's counts must agree with what each sender sends
         pairs = pairs_sent(rank, [sizes[rank]] * size) + pairs_received(rank, sizes)
-        zc = run(self, ALLGATHERV, code, lambda: _Stock.Allgatherv(self, sendbuf, recvbuf),
+        zc = run(self, ALLGATHERV, code, lambda: _stock_allgatherv(self, sendbuf, recvbuf),
                  state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1, max(sizes),
                                      "Allgatherv", pairs))
         if zc >= 0:
@@ -103,7 +103,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code = 0, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
     if not disabled and lo[GATHER] != NEVER and 0 <= root < size and \
             not (skip(self, GATHER, recvbuf) if rank == root
@@ -131,7 +131,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Gather(self, sendbuf, recvbuf, root)
+        _stock_gather(self, sendbuf, recvbuf, root)
         passed(GATHER, t0)
     else:
         t = now()
@@ -142,7 +142,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         else:
             addrs = [0] * size
         sendaddr = addrs[rank] if send is None else send.address
-        zc = run(self, GATHER, code, lambda: _Stock.Gather(self, sendbuf, recvbuf, root),
+        zc = run(self, GATHER, code, lambda: _stock_gather(self, sendbuf, recvbuf, root),
                  state.pool.gather, (sendaddr, block, addrs, [block] * size, root, block,
                                      "Gather"))
         if zc >= 0:
@@ -159,14 +159,14 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
     ensure_configured()
     cdef double t0 = start(), t
     cdef Message send, recv
-    cdef int size = self.Get_size(), rank = self.Get_rank(), code, zc = 0
+    cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
     state, agreed, code, recv, counts, displs, send = settle_rooted_v(
         self, GATHERV, recvbuf, True, sendbuf, root, size, rank)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _Stock.Gatherv(self, sendbuf, recvbuf, root)
+        _stock_gatherv(self, sendbuf, recvbuf, root)
         passed(GATHERV, t0)
     else:
         t = now()
@@ -183,7 +183,7 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
             sizes = [0] * size
             sendaddr = send.address
             nbytes = send.nbytes
-        zc = run(self, GATHERV, code, lambda: _Stock.Gatherv(self, sendbuf, recvbuf, root),
+        zc = run(self, GATHERV, code, lambda: _stock_gatherv(self, sendbuf, recvbuf, root),
                  state.pool.gather, (sendaddr, nbytes, addrs, sizes, root, agreed - 1,
                                      "Gatherv"))
         if zc >= 0:

@@ -13,8 +13,8 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     cdef int code = 0, zc = 0
     plan = None
     if not skip(self, REDUCE, recvbuf if sendbuf is _IN_PLACE else sendbuf) and \
-            0 <= root < self.Get_size():
-        plan = plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root == self.Get_rank())
+            0 <= root < comm_size(self):
+        plan = plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root == comm_rank(self))
     state = state_of(self, REDUCE) if plan is not None else None
     if state is not None:
         send, recv, opc = plan
@@ -87,7 +87,7 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int code = 0, zc = 0
-    stock = _Stock.Exscan if which == EXSCAN else _Stock.Scan
+    stock = _stock_exscan if which == EXSCAN else _stock_scan
     plan = plan_reduce(self, which, sendbuf, recvbuf, op, True)
     state = state_of(self, which) if plan is not None else None
     if state is not None:
