@@ -88,6 +88,14 @@ _REDUCE = ("reduce", "allreduce")
 _REDUCE_SCATTER = ("reduce_scatter_block", "reduce_scatter")
 
 
+def weighed(code: int, seconds: float) -> float:
+    """A path's time as decisions weigh it: a pool path's by MPI_MARGIN
+    more, so that MPI, the reference, is kept (and taken back) unless a
+    pool path is clearly faster -- ties and noise must not make a program
+    slower than stock."""
+    return seconds if code == MPI_PATH else seconds / MPI_MARGIN
+
+
 def code_name(code: int) -> str:
     """'mpi', 'pool', 'pool+stream', 'pool+stream+bigchunk', ..."""
     if code == MPI_PATH:
@@ -322,10 +330,8 @@ class Learner:
                         self.alive.remove(c)
 
     def _settle(self) -> None:
-        # (MPI, the reference, unless a pool path is clearly faster: ties
-        # and noise must not make a program slower than stock)
-        ranked = sorted(self.est, key=lambda c: (
-            self.est[c] / (1.0 if c == MPI_PATH else MPI_MARGIN), self.candidates.index(c)))
+        ranked = sorted(self.est, key=lambda c: (weighed(c, self.est[c]),
+                                                 self.candidates.index(c)))
         ranked = [c for c in ranked if c in self.candidates]
         self.best = ranked[0]
         self.runner_up = ranked[1] if len(ranked) > 1 else None
@@ -387,7 +393,7 @@ class Learner:
             # the latest few: what the cache keeps, with old load forgotten
             self.samples[c] = (self.samples.get(c, []) + [t])[-RECENT:]
             self.est[c] = min(self.samples[c])
-        if other_s < SWITCH_MARGIN * best_s:
+        if weighed(other, other_s) < SWITCH_MARGIN * weighed(self.best, best_s):
             self.best, other = other, self.best
             best_s, other_s = other_s, best_s
             self.interval = MIN_INTERVAL

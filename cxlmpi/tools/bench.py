@@ -406,8 +406,10 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
     learns = config.get().adaptive and op.stat_key in config.COLLECTIVES and \
         total >= config.get().threshold
     settle = max(100, min(SETTLE_CALLS, SETTLE_BYTES // max(total, 1)))
-    for _ in range(settle if learns else 0):
-        if select.decision(wrapped, op.stat_key, total) is not None:
+    for i in range(settle if learns else 0):
+        # (asked every 16 calls: the Python between calls is part of what
+        # a learning run times, and the rounds call back to back)
+        if i % 16 == 0 and select.decision(wrapped, op.stat_key, total) is not None:
             break
         fn(*args)
     mark = 0
