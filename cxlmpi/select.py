@@ -208,7 +208,14 @@ class Learner:
         the end of the next); else the class's run length."""
         if self.warming(code):
             return 1
-        return min(2, self.run_len) if code not in self.est else self.run_len
+        return min(2, self.run_len) if code in self.unsure() else self.run_len
+
+    def unsure(self) -> list[int]:
+        """The candidates a re-check looks at before the runner-up: never
+        tried (exploring's budget ran out), or dropped after a single look
+        (one sample may be an outlier: a page fault, a descheduled peer)."""
+        return [c for c in self.candidates if c not in self.est or
+                (c not in self.alive and len(self.samples.get(c, ())) == 1)]
 
     # ----------------------------------------------------------- exploring
 
@@ -346,12 +353,12 @@ class Learner:
         calls, one of them on the runner-up) costs at most CHECK_SHARE of
         the time between re-checks; the interval doubles while the
         runner-up stays behind, and starts again when it is close."""
-        untried = [c for c in self.candidates if c not in self.est]
+        unsure = self.unsure()
         calls = self.run_len
-        if untried:
+        if unsure:
             # the next re-check looks at one (start_check): a first look,
             # as slow as a candidate worth keeping may be
-            runner_s, calls = DROP_AFTER_ONE * best_s, self.try_len(untried[0])
+            runner_s, calls = DROP_AFTER_ONE * best_s, self.try_len(unsure[0])
         if runner_s is None or not math.isfinite(runner_s) or best_s <= 0:
             self.interval = MAX_INTERVAL
             return
@@ -373,10 +380,11 @@ class Learner:
 
     def start_check(self) -> None:
         """A re-check times the best against the runner-up -- or against a
-        candidate exploring never reached (its budget ran out), one at a
-        time, so that those are found too when the load changes."""
-        untried = [c for c in self.candidates if c not in self.est]
-        self.challenger = untried[0] if untried else self.runner_up
+        candidate exploring never reached or dropped after one look
+        (`unsure`), one at a time, so that those are found too when the
+        load changes or the look was an outlier."""
+        unsure = self.unsure()
+        self.challenger = unsure[0] if unsure else self.runner_up
         self.phase = 2 if self.challenger is not None else 1
         self.recheck = []
 

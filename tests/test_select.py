@@ -203,9 +203,10 @@ def test_learning_costs_under_ten_percent_of_a_hundred_calls(table, best) -> Non
 ])
 def test_far_slower_paths_cost_one_call_each(table, best) -> None:
     """Paths 3-6x slower than the best are looked at once, in a single
-    call, and dropped; a first look at every candidate then costs more than
-    10 % of 100 calls (12-15 % here), but over 2000 calls learning stays
-    within 3 %, and the best path is found."""
+    call, and dropped (a re-check looks once more, in case the look was an
+    outlier); a first look at every candidate then costs more than 10 % of
+    100 calls (12-15 % here), but over 2000 calls learning stays within
+    3 %, and the best path is found."""
     table = {k: v * 1e-3 for k, v in table.items()}
     job = realistic()
     for call in range(2000):
@@ -216,7 +217,7 @@ def test_far_slower_paths_cost_one_call_each(table, best) -> None:
     assert learner.best == code_of(best)
     for name, t in table.items():
         if t >= 2.5 * least:
-            assert len(learner.samples[code_of(name)]) == 1, (name, learner.samples)
+            assert len(learner.samples[code_of(name)]) <= 2, (name, learner.samples)
 
 
 def test_a_cold_first_call_does_not_drop_the_fastest_path() -> None:
@@ -229,6 +230,28 @@ def test_a_cold_first_call_does_not_drop_the_fastest_path() -> None:
     for call in range(2000):
         job.call(BCAST, 64 << 10, fixed(table), call)
     assert job.selectors[0].decisions()[(BCAST, 16, 0)].best == MPI_PATH
+
+
+def test_a_path_dropped_on_one_outlier_look_is_looked_at_again() -> None:
+    """A 64 KiB Allreduce: the flat pool reduction is 3x faster than MPI,
+    reduce-scatter + allgather a little slower than MPI, but the flat
+    path's first look meets an outlier (a descheduled peer: 50x): it is
+    dropped, the class settles on MPI with rsag the runner-up, and a
+    re-check looks at flat once more, which the class then takes (before:
+    re-checks timed MPI against the runner-up only, forever)."""
+    job = realistic()
+    looks = []
+    flat, rsag = code_of("pool+flat"), code_of("pool+rsag")
+
+    def cost(code: int, call: int) -> float:
+        if code == flat:
+            looks.append(call)
+            return 450e-6 if len(looks) in (2, 3) else 9e-6   # (1: the warm-up)
+        return 28e-6 if code == rsag else 26e-6
+
+    paths = [job.call(ALLREDUCE, 64 << 10, cost, call) for call in range(20000)]
+    learner = job.selectors[0].learners[(ALLREDUCE, 16, 0)]
+    assert learner.best == flat and paths[-1] == flat, (learner.samples, learner.best)
 
 
 @pytest.mark.parametrize("table, size, first, later", [
@@ -404,7 +427,8 @@ def test_pool_arrays_are_noticed_where_private_ones_settled_on_mpi(nranks: int,
 def test_small_messages_learn_in_runs_that_stay_cheap() -> None:
     """1 MiB: a try is a run of 4 calls (one header step for all of them),
     but a candidate's first look is a single call, so a far slower one
-    (4-5x here) costs one call; the first 2000 calls stay within 3 %."""
+    (4-5x here) costs one call (and one more at a re-check); the first
+    2000 calls stay within 3 %."""
     table = {"mpi": 100e-6, "pool+stream": 500e-6, "pool": 80e-6, "pool+bigchunk": 120e-6,
              "pool+stream+bigchunk": 400e-6}
     job = realistic()
@@ -413,4 +437,4 @@ def test_small_messages_learn_in_runs_that_stay_cheap() -> None:
     assert job.time <= 1.03 * alone(80e-6, 2000, 1 << 20), (job.time, job.learning)
     learner = job.selectors[0].learners[(BCAST, 20, 0)]
     assert learner.best == code_of("pool") and learner.run_len == 4
-    assert len(learner.samples[code_of("pool+stream")]) == 1
+    assert len(learner.samples[code_of("pool+stream")]) <= 2
