@@ -741,7 +741,9 @@ cdef void timed_pass(int which) noexcept:
     learning = False
     cdef Routes r = _run_routes
     _run_routes = None
-    if r.run_which >= 0 and r.run_span:
+    # (the same collective: a call whose stock MPI raised never got here,
+    # and must not lend its mark to the next one)
+    if r.run_which == which and r.run_span:
         stat_learn[which] += 1
         run_ended_call(r)
 
