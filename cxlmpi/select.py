@@ -257,8 +257,8 @@ class Learner:
         `ops` tries; None when there is none to try or the try does not
         fit the budget: EXPLORE_BUDGET calls' worth of the leader, plus
         EXPLORE_SHARE of the calls since the class's first (a try counted
-        at the candidate's estimate, or, untried, at the worst a surviving
-        one may have).  Then `resume` is the call count at which it will
+        at the candidate's estimate, or, untried, at UNTRIED times the
+        leader's).  Then `resume` is the call count at which it will
         fit (0: not within MAX_INTERVAL -- exploring is over, and the
         re-checks try what it never reached).  So a class whose calls are
         cheap against a learning call's own cost explores in steps spread
@@ -280,7 +280,7 @@ class Learner:
         if best is not None:
             floor = self.est[best]
             # untried: between the leader and the slowest a candidate worth
-            # keeping may be (a first look is a single call)
+            # keeping may be (a first look is one or two calls)
             risk = self.est.get(code, UNTRIED * floor)
             need = (self.wasted() + (risk - floor) * self.try_len(code) + LEARN_OVERHEAD_S) \
                 / floor
@@ -432,8 +432,7 @@ class Learner:
         return {"best": code_name(best),
                 "runner_up": None if runner is None else code_name(runner),
                 "seconds": {code_name(c): self.estimate(c) for c in self.candidates
-                            if self.samples.get(c)},
-                "interval": self.interval}
+                            if self.samples.get(c)}}
 
     @classmethod
     def from_cache(cls, cands: list[int], entry: dict[str, Any]) -> Learner | None:
@@ -616,8 +615,7 @@ def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | N
         return None
     which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
     learner = routes.selector.learners.get((which, sc, routes.placement(which, sc)))
-    best = None if learner is None else learner.best if learner.best is not None or settled \
-        else learner.leader()
+    best = None if learner is None else learner.best if settled else learner.choice()
     return None if best is None else code_name(best)
 
 

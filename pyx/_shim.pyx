@@ -146,14 +146,10 @@ cdef inline void passed(int which, double t0) noexcept:
         timed_pass(which)
 
 
-# The communicator object to_mpi saw last and its pool (None: none), so
-# that a run of small calls on one communicator skips the lookup by handle.
-# Reset whenever a pool state is set up (pool_of); a pool closed since is
-# told nothing (note_pass on a closed pool does nothing).
-# A Pool's marker is its C function and state (Pool.pass_marker), called
-# without a Python call; a Hierarchy's, its note_pass method.
+# The pool of the communicator the last call was made on (see `sized`), and
+# its pass marker: a Pool's is its C function and state (Pool.pass_marker),
+# called without a Python call; a Hierarchy's, its note_pass method.
 ctypedef void (*mark_fn)(void *) noexcept nogil
-cdef object _marked_comm = None
 cdef object _marked_pool = None   # keeps the Pool (and its state) alive
 cdef mark_fn _marked_fn = NULL
 cdef void *_marked_state = NULL
@@ -163,17 +159,7 @@ cdef inline int to_mpi(object comm) except -1:
     """This rank is about to send a call to stock MPI: tell the pool (if
     `comm` has one), so that peers that took the call to the pool follow
     (ranks that disagree on a size may disagree on the path, too)."""
-    global _marked_comm, _marked_pool, _marked_fn, _marked_state
-    if comm is not _marked_comm:
-        state = _states.get(comm.handle)
-        _marked_pool = state.pool if state is not None else None
-        _marked_comm = comm
-        _marked_fn = NULL
-        marker = getattr(_marked_pool, "pass_marker", None)
-        if marker is not None:
-            fn, st = marker()
-            _marked_fn = <mark_fn><uintptr_t>fn
-            _marked_state = <void *><uintptr_t>st
+    sized(comm)
     if _marked_fn != NULL:
         _marked_fn(_marked_state)
     elif _marked_pool is not None:
@@ -556,22 +542,31 @@ cdef object _state_for = None
 cdef object _fail = None
 
 
-# The communicator the last call was made on, its rank, size and pool state
-# (None: none yet): a run of calls on one communicator asks mpi4py and the
-# states once (rank and size never change while a communicator lives; the
-# reference keeps the object from being another's; setting a state up
-# forgets it, see state_of).
+# The communicator the last call was made on, its rank, size, pool state
+# (None: none yet) and its pool's pass marker (see to_mpi): a run of calls
+# on one communicator asks mpi4py and the states once (rank and size never
+# change while a communicator lives; the reference keeps the object from
+# being another's; setting a state up forgets it, see state_of; a pool
+# closed since is told nothing: note_pass on a closed pool does nothing).
 cdef object _sized_comm = None
 cdef object _sized_state = None
 cdef int _sized_rank = 0, _sized_size = 0
 
 
 cdef inline int sized(object comm) except -1:
-    global _sized_comm, _sized_rank, _sized_size, _sized_state
+    global _sized_comm, _sized_rank, _sized_size, _sized_state, _marked_pool, _marked_fn, \
+        _marked_state
     if comm is not _sized_comm:
         _sized_rank = comm.Get_rank()
         _sized_size = comm.Get_size()
         _sized_state = _states.get(comm.handle)
+        _marked_pool = _sized_state.pool if _sized_state is not None else None
+        _marked_fn = NULL
+        marker = getattr(_marked_pool, "pass_marker", None)
+        if marker is not None:
+            fn, st = marker()
+            _marked_fn = <mark_fn><uintptr_t>fn
+            _marked_state = <void *><uintptr_t>st
         _sized_comm = comm
     return 0
 
@@ -604,10 +599,10 @@ cpdef object pool_of(object comm, int which=-1):
     call it at the same point); None when its ranks share no pool or their
     pool hierarchy does not run that collective.  Raises the error that
     broke the pool, if one did."""
-    global _marked_comm, _sized_comm
+    global _sized_comm
     state = _states.get(comm.handle)
     if state is None:
-        _marked_comm = _sized_comm = None
+        _sized_comm = None
         state = _state_for(comm)
     if state.error is not None:
         raise state.error
@@ -619,10 +614,10 @@ cpdef object pool_of(object comm, int which=-1):
 cdef object state_of(object comm, int which):
     """`pool_of`, returning the communicator's state (None: no pool for
     this collective): its pool and its routes."""
-    global _marked_comm, _sized_comm
+    global _sized_comm
     state = _states.get(comm.handle)
     if state is None:
-        _marked_comm = _sized_comm = None
+        _sized_comm = None
         state = _state_for(comm)
     if state.error is not None:
         raise state.error

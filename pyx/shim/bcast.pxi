@@ -9,7 +9,7 @@ def Barrier(self):
     """Barrier synchronization (in the pool once the pool exists)."""
     ensure_configured()
     cdef double t0 = start(), t
-    state = _states.get(self.handle)
+    state = comm_state(self)
     cdef int code = 0, zc = 0
     if not disabled and state is not None and state.pool is not None:
         code = take(self, state, BARRIER, 0, -1)
