@@ -20,7 +20,10 @@ __all__ = ["status", "reset", "describe"]
 
 def status() -> int:
     """Print the partition table of the pool of CXLMPI_POOL (one row per
-    partition in use: state, place, ranks, host, pid, age, stale); returns
+    partition in use: state, place, ranks, host, pid, age, whether its job
+    lives: alive, dead (stale: the next claim reclaims it) or unknown --
+    another host's job, judged by `--pool-reset` after watching its
+    heartbeat); returns
     the exit status (0, 1 unreadable, 2 no table)."""
     spec = _shared_spec()
     if spec is None:
@@ -37,13 +40,13 @@ def status() -> int:
           f"id {h['uuid']}, {len(entries)} partition(s) in use")
     if entries:
         print(f"{'#':>3} {'state':<9} {'offset':>12} {'bytes':>12} {'ranks':>5} "
-              f"{'host':<16} {'pid':>8} {'age s':>8}  stale")
+              f"{'host':<16} {'pid':>8} {'age s':>8}  job")
     now = time.time_ns()
     for e in entries:
         host = e["host"] + ("" if e["this_host"] else " (other)")
         print(f"{e['index']:>3} {e['state']:<9} {e['offset']:>12} {e['nbytes']:>12} "
               f"{e['nranks']:>5} {host:<16} {e['pid']:>8} "
-              f"{(now - e['since_ns']) / 1e9:>8.0f}  {'yes' if e['stale'] else 'no'}")
+              f"{(now - e['since_ns']) / 1e9:>8.0f}  {e['liveness']}")
     return 0
 
 

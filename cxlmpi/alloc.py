@@ -29,7 +29,8 @@ from .state import arena_pool
 __all__ = ["enable", "disable", "active", "stats"]
 
 _region: Any = None   # the reserved PoolBuffer: never released
-_backing: tuple[int, int] = (-1, 0)   # the file behind it and its offset there
+# the file behind it, its offset there, whether memory is zeroed first
+_backing: tuple[int, int, bool] = (-1, 0, False)
 
 
 def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
@@ -49,7 +50,7 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
             return False
         # Address space only: the hook reserves each block as it hands it out.
         _region = pool.allocate(nbytes, reserve=False)
-        _backing = (pool.fd, pool.file_offset + _region.offset)
+        _backing = (pool.fd, pool.file_offset + _region.offset, pool.wipes)
     if "numpy" in sys.modules:
         _install(threshold)
     else:
@@ -64,7 +65,7 @@ def _install(threshold: int) -> None:
     from . import _alloc, _pool
 
     _alloc.install(_region.address, _region.nbytes, threshold, _backing[0], _backing[1],
-                   _pool.no_space_notice())
+                   _pool.no_space_notice(), _backing[2])
 
 
 @atexit.register

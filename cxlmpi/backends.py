@@ -14,21 +14,35 @@ byte range) and releases it when the communicator is freed or the process
 exits.  Claims need no atomic read-modify-write across hosts (CXL 2.0
 multi-host sharing does not promise one): a table-wide lock is taken with
 Fischer's timed protocol on plain stores (write your token, wait longer than
-any writer can take, read it back), serialized within a host by a file lock.
-Every table store is flushed and every load invalidated, since hosts may not
-keep their caches coherent for each other.
+any writer can take, read it back; a claimer that took longer between its
+read and its write than that bound backs off), serialized within a host by
+a file lock.  Every table store is flushed and every load invalidated,
+since hosts may not keep their caches coherent for each other.
 
-A partition whose leader process is gone (same host) and whose ranks have
-all detached or died is stale and reclaimed by the next claim;
-`python -m cxlmpi --pool-status` shows the table, `--pool-reset` frees stale
-partitions (or, with `all`, every partition).
+Who lives is judged without trusting a pid where it means nothing: on this
+host, in this pid namespace (HOST tells containers apart), by pid and start
+time; elsewhere by a heartbeat -- a counter the owner's beat thread
+advances (entries, the lock, control lines), judged by this process's own
+monotonic clock, never another host's wall clock.  A partition is
+reclaimed only when its leader and every attached rank are shown gone;
+what cannot be judged is left alone.  `python -m cxlmpi --pool-status`
+shows the table, `--pool-reset` frees stale partitions (or, with `all`,
+every partition).
+
+Pool memory belongs to its users only: a pool file is created atomically,
+mode 0600 (0660 for CXLMPI_POOL_GROUP), never through a symbolic link, and
+a file or device that anyone else can read or write is refused.  Memory a
+new partition hands out is zero (hole-punched files, wiped by the arena
+where the memory cannot be given back, as on devdax).
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import fcntl
+import grp
 import hashlib
 import mmap
 import os
@@ -44,7 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _pool
+from . import _pool, config
 from .errors import CXLMPIConfigError, CXLMPIPoolError
 
 __all__ = ["PoolSpec", "parse_spec", "Device", "open_device", "dax_geometry",
@@ -54,14 +68,16 @@ MIB = 1 << 20
 DEFAULT_DAX_ALIGN = 2 * MIB
 NEW_FILE_NBYTES = 64 << 30      # size of a pool file cxlmpi creates (sparse)
 TABLE_MAGIC = 0x3130544150495843  # "CXIPAT01" little-endian
-TABLE_VERSION = 1
+TABLE_VERSION = 2                # 2: heartbeats in entries and the lock
 TABLE_NBYTES = 64 * 1024        # the table; partitions start after it, aligned
 NENTRIES = 255
 LINE = 128                       # one writer per 128-byte line
-LOCK_AT = LINE                   # lock line: token, host, pid, time_ns
+LOCK_AT = LINE                   # the lock line (L_* words)
 ENTRIES_AT = 2 * LINE
 FISCHER_DELAY_S = 0.005          # > the longest read-then-write of a claimer
-LOCK_STALE_S = 10.0              # a lock held this long belongs to a dead claimer
+FISCHER_GRACE_S = 0.1            # after a late write: time for a holder to show
+LOCK_WAIT_S = 60.0               # give up waiting for a live holder after this
+UNNAMED_LOCK_S = 10.0            # a token without a holder's name: dead after this
 
 FREE, CLAIMED, RELEASED = 0, 1, 2
 STATE_NAMES = {FREE: "free", CLAIMED: "claimed", RELEASED: "released"}
@@ -72,11 +88,23 @@ CTRL_LINE = _pool.LAYOUT["ctrl_nbytes"]
 CTRL_PID = _pool.LAYOUT["ctrl_pid"] // 8
 CTRL_HOST = _pool.LAYOUT["ctrl_host"] // 8
 CTRL_ATTACHED = _pool.LAYOUT["ctrl_attached"] // 8
+CTRL_BEAT = _pool.LAYOUT["ctrl_beat"] // 8
+CTRL_PERIOD = _pool.LAYOUT["ctrl_beat_period"] // 8
 
 # Entry words: state, token, offset, nbytes, host, pid, pid start time,
-# claimed time (ns), uid, nranks, then the host name (32 bytes).
+# claimed time (ns, for people), uid, nranks, the host name (32 bytes), the
+# leader's heartbeat and its period (ns).
 E_STATE, E_TOKEN, E_OFFSET, E_NBYTES, E_HOST, E_PID, E_START, E_TIME, E_UID, \
     E_NRANKS, E_NAME = range(11)
+E_BEAT, E_PERIOD = 14, 15
+E_WORDS = 16
+# Lock words: the token (Fischer's word), then the holder -- written once it
+# holds the lock: host, pid, start time, heartbeat, period, and its token
+# again ("inside": a late writer's check that nobody got in meanwhile).
+L_TOKEN, L_HOST, L_PID, L_START, L_BEAT, L_PERIOD, L_INSIDE = range(7)
+L_WORDS = 7
+
+ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 
 
 @dataclass(frozen=True)
@@ -185,13 +213,24 @@ def _parse_list(text: str) -> set[int]:
 # --------------------------------------------------------- host and process
 
 def _host_id() -> int:
-    """A 64-bit identity of this host and boot (pids mean something only
-    on the host, and only during the boot, they were taken on)."""
+    """A 64-bit identity of where a pid means something: this boot of this
+    host, and this pid namespace (containers on one host share the boot
+    but not their pids).  Where /proc does not show this namespace's pids
+    (a pid namespace without its own /proc), no pid can be looked up:
+    the identity is this process's alone, and its peers judge it by its
+    heartbeat."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = socket.gethostname()
-    return int.from_bytes(hashlib.blake2b(boot.encode(), digest_size=8).digest(), "little")
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+        if os.readlink("/proc/self") != str(os.getpid()):
+            raise OSError("/proc is another pid namespace's")
+    except OSError:
+        ns = secrets.randbits(64)
+    digest = hashlib.blake2b(f"{boot}/pid:{ns}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
 
 
 def _start_time(pid: int) -> int:
@@ -207,12 +246,55 @@ def _start_time(pid: int) -> int:
     return int(fields[19])
 
 
-def _alive(pid: int, start: int) -> bool:
-    return pid > 0 and _start_time(pid) == start
-
-
 HOST = _host_id()
 _pool.set_host(HOST)
+config.on_change(lambda cfg: _pool.set_heartbeat(cfg.heartbeat, cfg.lease_beats))
+
+
+class Watch:
+    """Heartbeats as this process has seen them: a counter that has not
+    moved, by this process's monotonic clock, for its owner's period times
+    CXLMPI_LEASE_BEATS belongs to a process that is gone."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, tuple[int, float]] = {}
+        self.longest_lease_s = 0.0   # of the counters not yet judged
+
+    def verdict(self, key: tuple, beat: int, period_ns: int) -> str:
+        """ALIVE (it moved since last looked at), DEAD (still for its
+        lease) or UNKNOWN (first look, or not still for long enough; a
+        counter without a period cannot be judged)."""
+        if period_ns <= 0:
+            return UNKNOWN
+        now = time.monotonic()
+        lease = period_ns * 1e-9 * config.get().lease_beats
+        before = self._seen.get(key)
+        if before is None or before[0] != beat:
+            self._seen[key] = (beat, now)
+            if before is None:
+                self.longest_lease_s = max(self.longest_lease_s, lease)
+                return UNKNOWN
+            return ALIVE
+        if now - before[1] > lease:
+            return DEAD
+        self.longest_lease_s = max(self.longest_lease_s, lease - (now - before[1]))
+        return UNKNOWN
+
+    def wait(self) -> None:
+        """Sleep until every counter first seen can be judged."""
+        time.sleep(min(self.longest_lease_s, 600.0) + 0.05)
+        self.longest_lease_s = 0.0
+
+
+def _same_host_verdict(pid: int, start: int | None) -> str:
+    """Liveness of a process of this host and pid namespace: its pid, and
+    where known its start time (a reused pid is another process)."""
+    if pid <= 0:
+        return DEAD
+    now = _start_time(pid)
+    if now == 0:
+        return DEAD
+    return ALIVE if start is None or now == start else DEAD
 
 
 # ------------------------------------------------------------ the device
@@ -234,6 +316,8 @@ class Device:
         self._thread_lock = threading.RLock()
         self._lock_depth = 0               # nesting of locked() in the holding thread
         self.claims: dict[int, int] = {}   # entry -> token, claimed here
+        self.fischer_retries = 0           # late writes that backed off
+        self._used: list[tuple[int, int]] = []
         self.pid = os.getpid()             # a forked child releases nothing
 
     # Table words, always written back / re-read from memory.
@@ -260,35 +344,47 @@ class Device:
 
     def check_header(self, format_if_empty: bool) -> None:
         """Raise unless offset 0 holds a table of this version (formatting a
-        device that is all zeros there when `format_if_empty`)."""
+        device that is all zeros there when `format_if_empty`).  Whatever
+        is not a ready table is looked at again under the lock: several
+        jobs may meet a new pool file at once, one of them formatting it."""
+        if self._table_error(format_if_empty=False) is None:
+            return
+        with self.locked():
+            problem = self._table_error(format_if_empty)
+            if problem == "empty":
+                self._format()
+            elif problem is not None:
+                raise CXLMPIPoolError(problem)
+
+    def _table_error(self, format_if_empty: bool) -> str | None:
+        """None (a table of this version, this geometry), "empty" (all
+        zeros but the lock line, and `format_if_empty`), or what is wrong."""
         h = self.header()
         if h["magic"] == TABLE_MAGIC and h["version"] == TABLE_VERSION:
             if h["capacity"] != self.capacity or h["align"] != self.align:
-                raise CXLMPIPoolError(
-                    f"{self.spec}: the partition table describes {h['capacity']} bytes "
-                    f"aligned to {h['align']}, the device has {self.capacity} aligned "
-                    f"to {self.align}; reformat with `python -m cxlmpi --pool "
-                    f"{self.spec} --pool-reset all` once no job uses it")
-            return
+                return (f"{self.spec}: the partition table describes {h['capacity']} bytes "
+                        f"aligned to {h['align']}, the device has {self.capacity} aligned "
+                        f"to {self.align}; reformat with `python -m cxlmpi --pool "
+                        f"{self.spec} --pool-reset all` once no job uses it")
+            return None
         if h["magic"] == TABLE_MAGIC:
-            raise CXLMPIPoolError(
-                f"{self.spec}: partition table version {h['version']} was written by "
-                f"another cxlmpi version (this one reads {TABLE_VERSION}); let the jobs "
-                f"of that version finish, then `python -m cxlmpi --pool {self.spec} "
-                f"--pool-reset all`")
-        if any(self._load(0, TABLE_NBYTES // 8)) or not format_if_empty:
-            raise CXLMPIPoolError(
-                f"{self.spec}: offset 0 does not hold a cxlmpi partition table; "
-                f"refusing to overwrite what is there.  If nothing else uses this "
-                f"memory: `python -m cxlmpi --pool {self.spec} --pool-reset all`")
-        with self.locked():
-            if self._load(0)[0] != TABLE_MAGIC:
-                self._format()
+            return (f"{self.spec}: partition table version {h['version']} was written by "
+                    f"another cxlmpi version (this one reads {TABLE_VERSION}); let the jobs "
+                    f"of that version finish, then `python -m cxlmpi --pool {self.spec} "
+                    f"--pool-reset all`")
+        words = self._load(0, TABLE_NBYTES // 8)
+        lock = slice(LOCK_AT // 8, (LOCK_AT + LINE) // 8)
+        del words[lock]     # (the lock line is busy while anyone formats)
+        if any(words) or not format_if_empty:
+            return (f"{self.spec}: offset 0 does not hold a cxlmpi partition table; "
+                    f"refusing to overwrite what is there.  If nothing else uses this "
+                    f"memory: `python -m cxlmpi --pool {self.spec} --pool-reset all`")
+        return "empty"
 
     def _format(self) -> None:
         """Write an empty table (under the lock)."""
         for i in range(NENTRIES):
-            self._store(self._entry_word(i), [0] * (LINE // 8))
+            self._store(self._entry_word(i), [0] * E_WORDS)
         uuid = [secrets.randbits(64), secrets.randbits(64)]
         self._store(1, [TABLE_VERSION, NENTRIES, self.capacity, self.align,
                         self.table_nbytes, *uuid])
@@ -317,68 +413,142 @@ class Device:
                 return
             fcntl.lockf(self.fd, fcntl.LOCK_EX, 8, 0)
             try:
-                token = secrets.randbits(63) | 1
-                word = LOCK_AT // 8
-                deadline = time.monotonic() + 60
-                while True:
-                    held, host, pid, since = self._load(word, 4)
-                    if held and not self._lock_stale(host, pid, since):
-                        if time.monotonic() > deadline:
-                            raise CXLMPIPoolError(
-                                f"{self.spec}: the partition table lock is held by pid "
-                                f"{pid} on host {host:#x}; `--pool-reset` clears it")
-                        time.sleep(FISCHER_DELAY_S)
-                        continue
-                    self._store(word, [token, HOST, os.getpid(), time.time_ns()])
-                    time.sleep(FISCHER_DELAY_S)
-                    if self._load(word)[0] == token:
-                        break
+                token = self._acquire()
                 self._lock_depth = 1
                 try:
                     yield
                 finally:
                     self._lock_depth = 0
-                    self._store(word, [0, 0, 0, 0])
+                    self._release_lock(token)
             finally:
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 0)
 
-    @staticmethod
-    def _lock_stale(host: int, pid: int, since: int) -> bool:
-        if host == HOST:
-            return _start_time(pid) == 0 if pid else True
-        return time.time_ns() - since > LOCK_STALE_S * 1e9
+    def _acquire(self) -> int:
+        """Fischer's protocol: read the lock word; when free (or its holder
+        is shown gone), write a token, wait FISCHER_DELAY_S, read it back.
+        It is safe only if no claimer takes longer than that delay from its
+        read to its write, so the gap is measured: a claimer that was
+        paused there (preempted, a garbage collection) may have overwritten
+        a holder that got in meanwhile; it waits FISCHER_GRACE_S for such a
+        holder to show itself (L_INSIDE), hands its token back if one did,
+        and tries again."""
+        token = secrets.randbits(63) | 1
+        word = LOCK_AT // 8
+        watch = Watch()
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            t0 = time.monotonic()
+            lock = self._load(word, L_WORDS)
+            if lock[L_TOKEN] not in (0, token) and self._lock_verdict(lock, watch) != DEAD:
+                if time.monotonic() > deadline:
+                    raise CXLMPIPoolError(
+                        f"{self.spec}: the partition table lock is held by pid "
+                        f"{lock[L_PID]} on host {lock[L_HOST]:#x}, alive as far as "
+                        f"can be told; `--pool-reset` clears it once it is gone")
+                time.sleep(FISCHER_DELAY_S)
+                continue
+            if lock[L_TOKEN] and lock[L_INSIDE]:
+                self._store(word + L_INSIDE, [0])     # a dead holder's mark
+            self._store(word, [token])
+            if time.monotonic() - t0 > FISCHER_DELAY_S:
+                self.fischer_retries += 1
+                time.sleep(FISCHER_GRACE_S)
+                inside = self._load(word + L_INSIDE)[0]
+                if inside and inside != token:
+                    self._store(word, [inside])        # not ours: give it back
+                continue
+            time.sleep(FISCHER_DELAY_S)
+            if self._load(word)[0] == token:
+                pid = os.getpid()
+                self._store(word + L_HOST, [HOST, pid, _start_time(pid), 0,
+                                            _pool.heartbeat()[0], token])
+                _pool.beat_add(self._address + 8 * (word + L_BEAT))
+                return token
+
+    def _release_lock(self, token: int) -> None:
+        word = LOCK_AT // 8
+        _pool.beat_remove(self._address + 8 * (word + L_BEAT))
+        self._store(word + L_HOST, [0] * (L_WORDS - 1))
+        if self._load(word)[0] == token:
+            self._store(word, [0])
+
+    def _lock_verdict(self, lock: list[int], watch: Watch) -> str:
+        """Whether the holder of the lock line `lock` lives.  Before it has
+        written who it is (between its write and its read-back, a few ms)
+        it is judged by its token standing still for UNNAMED_LOCK_S."""
+        if not lock[L_HOST]:
+            return watch.verdict(("token", lock[L_TOKEN]), 0,
+                                 int(UNNAMED_LOCK_S * 1e9 / config.get().lease_beats))
+        if lock[L_HOST] == HOST:
+            return _same_host_verdict(lock[L_PID], lock[L_START])
+        return watch.verdict(("lock", lock[L_TOKEN]), lock[L_BEAT], lock[L_PERIOD])
 
     # ----------------------------------------------------------- partitions
-    def entries(self) -> list[dict]:
-        """The table, one dict per entry in use."""
+    def entries(self, watch: Watch | None = None) -> list[dict]:
+        """The table, one dict per entry in use; `liveness` of its job:
+        alive, dead or unknown (another host's job, when `watch` has not
+        seen its heartbeats for long enough)."""
         out = []
         for i in range(NENTRIES):
-            w = self._load(self._entry_word(i), 14)
+            w = self._load(self._entry_word(i), E_WORDS)
             if w[E_STATE] == FREE:
                 continue
             name = struct.pack("<4Q", *w[E_NAME:E_NAME + 4]).rstrip(b"\0").decode(
                 "utf-8", "replace")
+            liveness = self._liveness(i, w, watch or Watch())
             out.append({"index": i, "state": STATE_NAMES.get(w[E_STATE], "?"),
                         "token": w[E_TOKEN], "offset": w[E_OFFSET], "nbytes": w[E_NBYTES],
                         "host": name, "this_host": w[E_HOST] == HOST, "pid": w[E_PID],
                         "start": w[E_START], "since_ns": w[E_TIME], "uid": w[E_UID],
-                        "nranks": w[E_NRANKS], "stale": self._stale(w)})
+                        "nranks": w[E_NRANKS], "liveness": liveness,
+                        "stale": liveness == DEAD})
         return out
 
-    def _stale(self, w: list[int]) -> bool:
-        """A partition nobody uses any more: its leader is gone (or released
-        it) and no rank is still attached, as far as this host can tell."""
+    def _liveness(self, index: int, w: list[int], watch: Watch) -> str:
+        """DEAD when nobody uses the partition of entry `w` any more: its
+        leader is gone (or released it) and no rank is still attached;
+        ALIVE when one is shown to live; UNKNOWN otherwise (never
+        reclaimed)."""
         if w[E_STATE] == FREE:
-            return True
-        if w[E_HOST] != HOST:
-            return False
-        if w[E_STATE] == CLAIMED and _alive(w[E_PID], w[E_START]):
-            return False
-        return not self._attached_ranks(w[E_OFFSET], w[E_NRANKS])
+            return DEAD
+        verdicts = []
+        if w[E_STATE] == CLAIMED:
+            if w[E_HOST] == HOST:
+                verdicts.append(_same_host_verdict(w[E_PID], w[E_START]))
+            else:
+                verdicts.append(watch.verdict(("entry", index, w[E_TOKEN]),
+                                              w[E_BEAT], w[E_PERIOD]))
+            if verdicts[0] == ALIVE:
+                return ALIVE
+        verdicts += self._rank_verdicts(w, watch)
+        if ALIVE in verdicts:
+            return ALIVE
+        return UNKNOWN if UNKNOWN in verdicts else DEAD
 
-    def _attached_ranks(self, offset: int, nranks: int) -> list[int]:
-        """Ranks whose control line in the partition at `offset` says they
-        still map it and whose process (if on this host) lives."""
+    def _rank_verdicts(self, w: list[int], watch: Watch) -> list[str]:
+        """The liveness of each rank whose control line in the partition of
+        entry `w` says it still maps it."""
+        offset = w[E_OFFSET]
+        out = []
+        for r, words in enumerate(self._control_lines(offset, w[E_NRANKS])):
+            if not words[CTRL_ATTACHED]:
+                continue
+            if words[CTRL_HOST] == HOST:
+                out.append(_same_host_verdict(words[CTRL_PID], None))
+            else:
+                out.append(watch.verdict(("rank", offset, w[E_TOKEN], r),
+                                         words[CTRL_BEAT], words[CTRL_PERIOD]))
+        return out
+
+    def attached_ranks(self, offset: int, nranks: int) -> list[int]:
+        """The ranks whose control line in the partition at `offset` says
+        they still map it, alive or not."""
+        return [r for r, words in enumerate(self._control_lines(offset, nranks))
+                if words[CTRL_ATTACHED]]
+
+    def _control_lines(self, offset: int, nranks: int) -> list[tuple[int, ...]]:
+        """The words of the control lines of the partition at `offset`,
+        re-read from memory ([] where it cannot be mapped)."""
         length = _round_up(CTRL_AT + nranks * CTRL_LINE, self.align)
         try:
             m = mmap.mmap(self.fd, length, mmap.MAP_SHARED,
@@ -388,53 +558,68 @@ class Device:
         try:
             _pool.flush(ctypes.addressof(ctypes.c_char.from_buffer(m, CTRL_AT)),
                         nranks * CTRL_LINE, True)
-            out = []
-            for r in range(nranks):
-                words = struct.unpack_from("<6Q", m, CTRL_AT + r * CTRL_LINE)
-                if words[CTRL_ATTACHED] and (words[CTRL_HOST] != HOST
-                                             or _start_time(words[CTRL_PID])):
-                    out.append(r)
-            return out
+            return [struct.unpack_from(f"<{CTRL_LINE // 8}Q", m, CTRL_AT + r * CTRL_LINE)
+                    for r in range(nranks)]
         finally:
             m.close()
 
     def claim(self, nbytes: int, nranks: int) -> tuple[int, int, int, int]:
         """Claim a partition of at least `nbytes` for a pool of `nranks`:
-        (entry, token, offset, length).  Stale partitions are reclaimed."""
+        (entry, token, offset, length).  Partitions whose jobs are shown
+        gone are reclaimed; when there is no room otherwise, the heartbeats
+        of other hosts' jobs are watched for their lease first."""
         length = _round_up(nbytes, self.align)
-        with self.locked():
-            if not self._has_table():
-                raise CXLMPIPoolError(f"{self.spec}: no partition table (check_header first)")
-            used = []
-            free_entry = None
-            for i in range(NENTRIES):
-                w = self._load(self._entry_word(i), 14)
-                if w[E_STATE] != FREE and self._stale(w):
-                    self._free_entry(i, w[E_OFFSET], w[E_NBYTES])
-                    w[E_STATE] = FREE
-                if w[E_STATE] == FREE:
-                    free_entry = i if free_entry is None else free_entry
-                else:
-                    used.append((w[E_OFFSET], w[E_OFFSET] + w[E_NBYTES]))
-            offset = self._first_fit(sorted(used), length)
-            if offset is None or free_entry is None:
-                in_use = sum(b - a for a, b in used)
-                raise CXLMPIPoolError(
-                    f"{self.spec}: no room for a {length >> 20} MiB partition "
-                    f"({len(used)} partitions, {in_use >> 20} MiB of "
-                    f"{(self.capacity - self.table_nbytes) >> 20} MiB in use); lower "
-                    f"CXLMPI_POOL_SIZE, free communicators, or `python -m cxlmpi "
-                    f"--pool {self.spec} --pool-status` to see who holds it")
-            token = secrets.randbits(63) | 1
-            pid = os.getpid()
-            name = socket.gethostname().encode()[:32].ljust(32, b"\0")
-            self._store(self._entry_word(free_entry) + 1,
-                        [token, offset, length, HOST, pid, _start_time(pid),
-                         time.time_ns(), os.getuid(), nranks,
-                         *struct.unpack("<4Q", name)])
-            self._store(self._entry_word(free_entry), [CLAIMED])
-        self.claims[free_entry] = token
-        return free_entry, token, offset, length
+        watch = Watch()
+        for attempt in (0, 1):
+            with self.locked():
+                if not self._has_table():
+                    raise CXLMPIPoolError(f"{self.spec}: no partition table "
+                                          f"(check_header first)")
+                found = self._place(length, watch)
+                if found is not None:
+                    entry, offset = found
+                    token = secrets.randbits(63) | 1
+                    pid = os.getpid()
+                    name = socket.gethostname().encode()[:32].ljust(32, b"\0")
+                    word = self._entry_word(entry)
+                    self._store(word + 1, [token, offset, length, HOST, pid,
+                                           _start_time(pid), time.time_ns(), os.getuid(),
+                                           nranks, *struct.unpack("<4Q", name), 0,
+                                           _pool.heartbeat()[0]])
+                    self._store(word, [CLAIMED])
+                    _pool.beat_add(self._address + 8 * (word + E_BEAT))
+                    self.claims[entry] = token
+                    return entry, token, offset, length
+                used = self._used
+            if attempt == 0 and watch.longest_lease_s:
+                watch.wait()      # (not holding the lock)
+        in_use = sum(b - a for a, b in used)
+        raise CXLMPIPoolError(
+            f"{self.spec}: no room for a {length >> 20} MiB partition "
+            f"({len(used)} partitions, {in_use >> 20} MiB of "
+            f"{(self.capacity - self.table_nbytes) >> 20} MiB in use); lower "
+            f"CXLMPI_POOL_SIZE, free communicators, or `python -m cxlmpi "
+            f"--pool {self.spec} --pool-status` to see who holds it")
+
+    def _place(self, length: int, watch: Watch) -> tuple[int, int] | None:
+        """(free entry, offset) for a partition of `length` (under the
+        lock), freeing entries whose jobs are shown gone; None: no room."""
+        used = []
+        free_entry = None
+        for i in range(NENTRIES):
+            w = self._load(self._entry_word(i), E_WORDS)
+            if w[E_STATE] != FREE and self._liveness(i, w, watch) == DEAD:
+                self._free_entry(i, w[E_OFFSET], w[E_NBYTES])
+                w[E_STATE] = FREE
+            if w[E_STATE] == FREE:
+                free_entry = i if free_entry is None else free_entry
+            else:
+                used.append((w[E_OFFSET], w[E_OFFSET] + w[E_NBYTES]))
+        self._used = used
+        offset = self._first_fit(sorted(used), length)
+        if offset is None or free_entry is None:
+            return None
+        return free_entry, offset
 
     def _first_fit(self, used: list[tuple[int, int]], length: int) -> int | None:
         at = self.table_nbytes
@@ -451,16 +636,17 @@ class Device:
         if os.getpid() != self.pid:
             return  # a child made by fork(): the partition is its parent's
         leader = self.claims.pop(entry, None) == token
+        word = self._entry_word(entry)
+        if leader:
+            _pool.beat_remove(self._address + 8 * (word + E_BEAT))
         with self.locked():
-            word = self._entry_word(entry)
-            w = self._load(word, E_NRANKS + 1)
+            w = self._load(word, E_WORDS)
             if w[E_TOKEN] != token or w[E_STATE] == FREE:
                 return  # reset by an operator meanwhile: not ours any more
             if leader and w[E_STATE] == CLAIMED:
                 self._store(word, [RELEASED])
                 w[E_STATE] = RELEASED
-            if w[E_STATE] == RELEASED and not self._attached_ranks(w[E_OFFSET],
-                                                                   w[E_NRANKS]):
+            if w[E_STATE] == RELEASED and self._liveness(entry, w, Watch()) == DEAD:
                 self._free_entry(entry, w[E_OFFSET], w[E_NBYTES])
 
     def _free_entry(self, entry: int, offset: int, nbytes: int) -> None:
@@ -469,18 +655,24 @@ class Device:
             _punch_hole(self.fd, offset, nbytes)
 
     def reset(self, everything: bool) -> list[int]:
-        """Free stale partitions (every partition, and rewrite the table,
-        with `everything`); the entries freed."""
-        with self.locked():
-            if everything:
+        """Free the partitions whose jobs are shown gone, watching other
+        hosts' heartbeats for their lease (every partition, and rewrite the
+        table, with `everything`); the entries freed."""
+        if everything:
+            with self.locked():
                 freed = [e["index"] for e in self.entries()] if self._has_table() else []
                 self._format()
                 if self.spec.kind == "file":
                     _punch_hole(self.fd, self.table_nbytes,
                                 self.capacity - self.table_nbytes)
                 return freed
+        watch = Watch()
+        self.entries(watch)                 # first looks at the heartbeats
+        if watch.longest_lease_s:
+            watch.wait()
+        with self.locked():
             freed = []
-            for e in self.entries():
+            for e in self.entries(watch):
                 if e["stale"]:
                     self._free_entry(e["index"], e["offset"], e["nbytes"])
                     freed.append(e["index"])
@@ -491,6 +683,9 @@ class Device:
         return h["magic"] == TABLE_MAGIC and h["version"] == TABLE_VERSION
 
     def close(self) -> None:
+        for entry in self.claims:
+            _pool.beat_remove(self._address + 8 * (self._entry_word(entry) + E_BEAT))
+        self.claims.clear()
         self._words.release()
         self._map.close()
         os.close(self.fd)
@@ -534,32 +729,23 @@ def _open(spec: PoolSpec, create: bool) -> Device:
     if os.path.isdir(path):
         raise CXLMPIConfigError(f"{what}: {path} is a directory; name a file in it, "
                                 f"e.g. file:{os.path.join(path, 'cxlmpi-pool')}")
-    if spec.kind == "file" and create and not os.path.exists(path):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.ftruncate(fd, NEW_FILE_NBYTES)
-            finally:
-                os.close(fd)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise CXLMPIConfigError(f"{what}: cannot create {path}: {exc.strerror}; "
-                                    f"create it yourself (`truncate -s 4G {path}`) "
-                                    f"or pick a writable directory") from None
+    gid = _pool_group()
+    if spec.kind == "file" and create and not os.path.lexists(path):
+        _create_file(what, path, gid)
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CXLMPIConfigError(
+                f"{what}: {path} is a symbolic link (to {os.path.realpath(path)}); "
+                f"cxlmpi does not follow links to pool memory, which could lead "
+                f"anywhere: name the file or device itself") from None
         hint = ("is the device configured? (`daxctl list`) and readable and writable "
                 "by this user?" if spec.kind == "dax" else
                 "does it exist and may this user read and write it?")
         raise CXLMPIConfigError(f"{what}: cannot open {path}: {exc.strerror}; {hint}") from None
     try:
         st = os.fstat(fd)
-        if st.st_mode & stat.S_IWOTH:
-            raise CXLMPIConfigError(
-                f"{what}: {path} is world-writable, so any user could corrupt or read "
-                f"the job's messages; `chmod o-w {path}` (share it through a group)")
         if spec.kind == "dax":
             emulated = "CXLMPI_SYSFS" in os.environ and stat.S_ISREG(st.st_mode)
             if not stat.S_ISCHR(st.st_mode) and not emulated:
@@ -576,10 +762,90 @@ def _open(spec: PoolSpec, create: bool) -> Device:
             raise CXLMPIConfigError(
                 f"{what}: {capacity} bytes is too small for a partition table and one "
                 f"partition; grow it (`truncate -s 4G {path}`)")
+        _check_private(what, path, st, gid)
         return Device(spec, fd, capacity, align)
     except BaseException:
         os.close(fd)
         raise
+
+
+def _pool_group() -> int | None:
+    """The gid of CXLMPI_POOL_GROUP (a name or a number), None if unset."""
+    name = config.get().pool_group.strip()
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        if name.isdigit():
+            return int(name)
+        raise CXLMPIConfigError(f"CXLMPI_POOL_GROUP={name}: no such group "
+                                f"(`getent group` lists them)") from None
+
+
+def _create_file(what: str, path: str, gid: int | None) -> None:
+    """Create the pool file at `path` in one step, whole (sized, its mode
+    and group set) or not at all: built under a private temporary name,
+    then linked into place -- a job that meets the file never sees it half
+    made, and two jobs creating it at once both end up with the one that
+    got there first."""
+    directory = os.path.dirname(path) or "."
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}")
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(temp, flags, 0o600)
+    except OSError as exc:
+        raise CXLMPIConfigError(
+            f"{what}: cannot create {path}: {exc.strerror}; create it yourself "
+            f"(`truncate -s 4G {path} && chmod 600 {path}`) or pick a writable "
+            f"directory") from None
+    try:
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        os.fchmod(fd, 0o600 if gid is None else 0o660)
+        os.ftruncate(fd, NEW_FILE_NBYTES)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass                        # another job was first: use its file
+    except OSError as exc:
+        raise CXLMPIConfigError(f"{what}: cannot create {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+        os.unlink(temp)
+
+
+def _check_private(what: str, path: str, st: os.stat_result, gid: int | None) -> None:
+    """Refuse pool memory that someone other than this user (or, with
+    CXLMPI_POOL_GROUP, that group) could read or write: it would read the
+    job's messages, or corrupt them."""
+    mode = stat.S_IMODE(st.st_mode)
+    euid = os.geteuid()
+    if gid is None:
+        if st.st_uid != euid:
+            raise CXLMPIConfigError(
+                f"{what}: {path} belongs to uid {st.st_uid}, not to this user "
+                f"(uid {euid}); use your own pool file, or share one between users "
+                f"through a group: CXLMPI_POOL_GROUP=NAME with the file in that group, "
+                f"mode 660")
+        if mode & 0o077:
+            raise CXLMPIConfigError(
+                f"{what}: {path} has mode {mode:o}: other users could read or write "
+                f"the job's messages; `chmod 600 {path}` (or, to share it with a "
+                f"group: `chgrp NAME {path} && chmod 660 {path}` and "
+                f"CXLMPI_POOL_GROUP=NAME)")
+        return
+    if st.st_gid != gid:
+        raise CXLMPIConfigError(
+            f"{what}: {path} belongs to group {st.st_gid}, not to "
+            f"CXLMPI_POOL_GROUP (gid {gid}); `chgrp {gid} {path}`")
+    if st.st_uid != euid and not mode & stat.S_IWGRP:
+        raise CXLMPIConfigError(f"{what}: {path} is not writable by its group; "
+                                f"`chmod g+rw {path}`")
+    if mode & 0o007:
+        raise CXLMPIConfigError(
+            f"{what}: {path} has mode {mode:o}: users outside the group could read or "
+            f"write the job's messages; `chmod o-rwx {path}`")
 
 
 _HUGETLBFS_MAGIC = 0x958458F6

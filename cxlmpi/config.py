@@ -63,6 +63,20 @@ def _parse_groups(text: str) -> int:
     return value
 
 
+def _parse_seconds(text: str) -> float:
+    value = float(text)
+    if not 0.001 <= value <= 60:
+        raise ValueError(f"not a heartbeat period: {text!r} (use 0.001 to 60 seconds)")
+    return value
+
+
+def _parse_beats(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise ValueError(f"not a number of heartbeats: {text!r} (use 2 or more)")
+    return value
+
+
 def _parse_timeout(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -98,6 +112,23 @@ VARIABLES: tuple[Variable, ...] = (
              "hugetlbfs or fsdax, partitioned between jobs), dax:/dev/daxX.Y "
              "(a devdax device, partitioned between jobs).",
              agreed=True),
+    Variable("CXLMPI_POOL_GROUP", str, "",
+             "A file: or dax: pool shared by the users of this group (its "
+             "name or gid): the file or device must belong to the group and "
+             "no one else may read or write it; files cxlmpi creates are then "
+             "0660.  Unset: the pool is private to its owner (0600).",
+             agreed=False),
+    Variable("CXLMPI_HEARTBEAT", _parse_seconds, "0.1",
+             "Seconds between a process's heartbeats: the counters in its "
+             "control lines and partition-table entries that show observers "
+             "on other hosts or in other containers (where its pid means "
+             "nothing) that it lives.",
+             agreed=False),
+    Variable("CXLMPI_LEASE_BEATS", _parse_beats, "30",
+             "Heartbeats an observer waits for before it judges a process "
+             "whose counter stood still gone (a pool collective waiting on it "
+             "raises CXLMPIPeerError; its partitions may be reclaimed).",
+             agreed=False),
     Variable("CXLMPI_POOL_GROUPS", _parse_groups, "1",
              "Split the ranks that share memory into this many pool groups; "
              "collectives then run hierarchically (in each pool, then MPI "
@@ -249,6 +280,9 @@ class Config:
     """The settings in force; one attribute per variable (see VARIABLES)."""
 
     pool: str
+    pool_group: str
+    heartbeat: float
+    lease_beats: int
     pool_groups: int
     pool_size: int
     arena_size: int

@@ -47,7 +47,7 @@ def report() -> str:
              "meaning (ranks: same = every rank must have the same value)")]
     for var in config.VARIABLES:
         value = os.environ.get(var.name)
-        rows.append((var.name, "(unset)" if value is None else value, var.default,
+        rows.append((var.name, "(unset)" if value is None else value, var.default or "(none)",
                      "same" if var.agreed else "any", var.doc))
     lines += _columns(rows)
     strays = config.unknown()

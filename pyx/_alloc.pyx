@@ -63,11 +63,13 @@ cdef const char *HOOK_WHAT = b"NumPy's arrays (--alloc: private memory now)"
 
 
 def install(uintptr_t address, size_t nbytes, size_t threshold, int fd=-1,
-            int64_t fd_offset=0, uintptr_t notice=0):
+            int64_t fd_offset=0, uintptr_t notice=0, bint wipe=False):
     """Make NumPy place arrays of `threshold` bytes and more in the region
     (once per process; later calls only change the threshold).  `fd`: the
     file behind the region (its offset `fd_offset`), through which blocks
-    are reserved; `notice`: a cxl_notice_fn told when that fails."""
+    are reserved; `notice`: a cxl_notice_fn told when that fails; `wipe`:
+    zero each block when first reserved (memory an earlier job may have
+    used: Pool.wipes)."""
     global hook, hook_capsule, previous
     if hook != NULL:
         hook.threshold = threshold
@@ -83,6 +85,7 @@ def install(uintptr_t address, size_t nbytes, size_t threshold, int fd=-1,
         raise MemoryError()
     cxl_arena_init(&h.arena, <char *>address, 0, nbytes, dup(fd) if fd >= 0 else -1,
                    fd_offset, <cxl_notice_fn>notice, HOOK_WHAT)
+    h.arena.wipe = wipe
     h.threshold = threshold
     h.pool_allocs = 0
     memcpy(&h.fallback, &old.allocator, sizeof(PyDataMemAllocator))

@@ -98,6 +98,14 @@ cdef extern from "cxl_kernels.h" nogil:
     int cxl_has_avx2()
     int cxl_has_avx512f()
 
+cdef extern from "cxl_beat.h" nogil:
+    int cxl_beat_add(uint64_t *word, int flush)
+    void cxl_beat_remove(const uint64_t *word)
+    void cxl_beat_set_period(uint64_t ns)
+    uint64_t cxl_beat_period_ns
+    uint64_t cxl_beat_rounds
+    int cxl_beat_expired(double since_s, double now_s, uint64_t period_ns, uint64_t beats)
+
 
 include "pool/layout.pxi"
 include "pool/machine.pxi"

@@ -66,6 +66,9 @@ typedef struct {
     int64_t fd_offset;          /* file offset of `base` */
     size_t reserved;            /* [lo, reserved) is known to be backed */
     int no_space;               /* a reservation failed: reserve no more */
+    int wipe;                   /* the memory may hold an earlier job's data
+                                 * (a partition of a shared file or device):
+                                 * zero each block when first reserved */
     cxl_notice_fn notice;       /* told (once per failure kind) about no_space */
     const char *what;           /* what the arena holds, for the notice */
 } cxl_arena;
@@ -139,26 +142,32 @@ static inline int cxl_arena_owns(const cxl_arena *a, const void *p)
     return a->nbytes && c >= a->base + a->lo && c < a->base + a->lo + a->nbytes;
 }
 
-/* Back [off, end) with memory of the file (under the lock).  0: done (or
- * nothing to do: no file, or one that allocates no pages, like devdax). */
+/* Back [off, end) with memory of the file (under the lock), and zero it
+ * if the arena wipes.  0: done (or nothing to do: no file, or one that
+ * allocates no pages, like devdax).  Only [max(off, reserved), end) is
+ * touched: the new block's own memory. */
 static int cxl_arena_reserve(cxl_arena *a, size_t off, size_t end)
 {
-    if (end <= a->reserved || a->fd < 0) return 0;
+    if (end <= a->reserved || (a->fd < 0 && !a->wipe)) return 0;
     if (a->no_space) return -1;
     size_t from = off <= a->reserved ? a->reserved : off;
-    int rc;
-    do {
-        rc = fallocate(a->fd, 0, (off_t)(a->fd_offset + (int64_t)from),
-                       (off_t)(end - from));
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-        if (errno == EOPNOTSUPP || errno == ENODEV || errno == ENOSYS || errno == ESPIPE) {
-            a->fd = -1;             /* memory that needs no reserving */
-            return 0;
+    if (a->fd >= 0) {
+        int rc;
+        do {
+            rc = fallocate(a->fd, 0, (off_t)(a->fd_offset + (int64_t)from),
+                           (off_t)(end - from));
+        } while (rc != 0 && errno == EINTR);
+        if (rc != 0) {
+            if (errno == EOPNOTSUPP || errno == ENODEV || errno == ENOSYS
+                    || errno == ESPIPE) {
+                a->fd = -1;         /* memory that needs no reserving */
+            } else {
+                a->no_space = 1;
+                return -1;
+            }
         }
-        a->no_space = 1;
-        return -1;
     }
+    if (a->wipe) memset(a->base + from, 0, end - from);
     if (off <= a->reserved) a->reserved = end;
     return 0;
 }

@@ -11,6 +11,7 @@ cdef extern from "cxl_alloc.h" nogil:
         size_t nbytes
         size_t live_bytes
         int retired
+        int wipe
     int CXL_ALLOC_OK
     int CXL_ALLOC_FULL
     int CXL_ALLOC_NOSPACE

@@ -22,7 +22,8 @@
 #include <stdint.h>
 
 #define CXL_MAGIC 0x31304c504d4c5843ull  /* "CXLMPL01" little-endian */
-#define CXL_LAYOUT_VERSION 4  /* 2: call signatures, pass marks; 3: asleep; 4: its own line */
+#define CXL_LAYOUT_VERSION 5  /* 2: call signatures, pass marks; 3: asleep; 4: its own line;
+                                * 5: heartbeat */
 #define CXL_HEADER_NBYTES 4096
 #define CXL_LINE_NBYTES 64
 #define CXL_CTRL_NBYTES 256
@@ -74,7 +75,12 @@ typedef struct {
                             *      unknown): a peer does not spin for a rank
                             *      queued behind it on its own CPU */
     uint64_t pad2[7];      /* +136 */
-    uint64_t pad3[8];      /* +192 line 3: the pair of line 2 */
+    /* line 3: the pair of line 2; written only by the heartbeat thread
+     * (pyx/cxl_beat.h), read by a waiting peer now and then */
+    uint64_t beat;         /* +192 advanced every beat_period_ns while the rank
+                            *      lives: liveness where its pid means nothing */
+    uint64_t beat_period_ns; /* +200 */
+    uint64_t pad3[6];      /* +208 */
 } cxl_ctrl;
 
 _Static_assert(sizeof(cxl_header) == 64, "cxl_header is one cache line");
@@ -82,7 +88,8 @@ _Static_assert(sizeof(cxl_ctrl) == CXL_CTRL_NBYTES, "a control line is 256 bytes
 _Static_assert(offsetof(cxl_ctrl, sig) == CXL_LINE_NBYTES, "the signature opens line 1");
 _Static_assert(offsetof(cxl_ctrl, asleep) == 2 * CXL_LINE_NBYTES, "asleep opens line 2");
 _Static_assert(offsetof(cxl_ctrl, pid) == 8 && offsetof(cxl_ctrl, host) == 32
-               && offsetof(cxl_ctrl, attached) == 40,
+               && offsetof(cxl_ctrl, attached) == 40
+               && offsetof(cxl_ctrl, beat) == 3 * CXL_LINE_NBYTES,
                "cxlmpi.backends reads these offsets through LAYOUT");
 
 #endif /* CXL_LAYOUT_H */

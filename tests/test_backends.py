@@ -5,6 +5,7 @@ The collectives over each backend run in tests/test_collectives.py."""
 
 from __future__ import annotations
 
+import grp
 import multiprocessing
 import os
 import signal
@@ -12,6 +13,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -259,7 +261,10 @@ def test_other_version_and_foreign_contents(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("case, match", [
-    ("world", "world-writable"),
+    ("world", "mode 666: other users"),
+    ("group", "mode 640: other users"),
+    ("other-user", "belongs to uid 65534, not to this user"),
+    ("symlink", "is a symbolic link"),
     ("dir", "is a directory"),
     ("missing-dax", "cannot open"),
     ("tiny", "too small"),
@@ -270,6 +275,9 @@ def test_bad_pool_files(tmp_path: Path, monkeypatch, case: str, match: str) -> N
     monkeypatch.delenv("CXLMPI_SYSFS", raising=False)
     spec = {
         "world": lambda: f"file:{make_file(tmp_path / 'pool', 16 * MIB, 0o666)}",
+        "group": lambda: f"file:{make_file(tmp_path / 'pool', 16 * MIB, 0o640)}",
+        "other-user": lambda: f"file:{owned_by_nobody(make_file(tmp_path / 'pool', 16 * MIB))}",
+        "symlink": lambda: f"file:{link_to(make_file(tmp_path / 'pool', 16 * MIB))}",
         "dir": lambda: f"file:{tmp_path}",
         "missing-dax": lambda: "dax:/dev/dax97.3",
         "tiny": lambda: f"file:{make_file(tmp_path / 'pool', 64 * 1024)}",
@@ -278,6 +286,19 @@ def test_bad_pool_files(tmp_path: Path, monkeypatch, case: str, match: str) -> N
     }[case]()
     with pytest.raises(CXLMPIConfigError, match=match):
         fresh(spec)
+
+
+def owned_by_nobody(path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file away")
+    os.chown(path, 65534, -1)
+    return path
+
+
+def link_to(path: Path) -> Path:
+    link = path.with_name("link")
+    link.symlink_to(path)
+    return link
 
 
 def private_char_device() -> str:
@@ -329,7 +350,7 @@ def test_pool_status_and_reset(tmp_path: Path) -> None:
         out = cli("--pool", spec, "--pool-status")
         assert out.returncode == 0, out.stderr
         rows = {int(line.split()[0]): line for line in out.stdout.splitlines()[2:]}
-        assert rows[entry].split()[-1] == "yes" and rows[live_entry].split()[-1] == "no"
+        assert rows[entry].split()[-1] == "dead" and rows[live_entry].split()[-1] == "alive"
         out = cli("--pool", spec, "--pool-reset")
         assert out.returncode == 0 and f"freed 1 partition(s): [{entry}]" in out.stdout
         assert [e["index"] for e in fresh(spec).entries()] == [live_entry]
@@ -385,3 +406,227 @@ def test_release_while_the_table_lock_is_held(tmp_path: Path) -> None:
     worker.start()
     worker.join(30)
     assert done == [True] and dev.entries() == []
+
+
+# ------------------------------------------------ who may use pool memory
+
+def test_created_pool_file_is_private(tmp_path: Path) -> None:
+    """A pool file cxlmpi creates is its user's alone whatever the umask
+    (the README's `truncate -s` under umask 022 made one that user nobody
+    could read), and another user cannot open it."""
+    path = tmp_path / "pool"
+    old = os.umask(0)
+    try:
+        fresh(f"file:{path}").close()
+    finally:
+        os.umask(old)
+    st = path.stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o600, os.geteuid())
+    assert [p.name for p in tmp_path.iterdir()] == ["pool"]  # no temporary left
+    if os.geteuid() == 0:
+        tmp_path.chmod(0o755)
+        peek = subprocess.run(["runuser", "-u", "nobody", "--", "head", "-c", "8", str(path)],
+                              capture_output=True, text=True)
+        assert peek.returncode != 0 and "Permission denied" in peek.stderr, peek
+
+
+def test_pool_group_shares_a_file_with_its_group_only(tmp_path: Path, monkeypatch) -> None:
+    """CXLMPI_POOL_GROUP names the one group besides the owner that may use
+    a pool file: cxlmpi creates it 0660 in that group, accepts a 0660 file
+    of the group, and still refuses one that others can read or that
+    belongs to another group."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create files of another group")
+    group = grp.getgrgid(65534).gr_name                      # nogroup
+    monkeypatch.setenv("CXLMPI_POOL_GROUP", group)
+    config.reload()
+    try:
+        created = tmp_path / "created"
+        fresh(f"file:{created}").close()
+        st = created.stat()
+        assert (st.st_mode & 0o777, st.st_gid) == (0o660, 65534)
+        shared = make_file(tmp_path / "shared", 16 * MIB, 0o660)
+        os.chown(shared, 65534, 65534)                       # another user's, our group
+        fresh(f"file:{shared}").close()
+        shared.chmod(0o664)
+        with pytest.raises(CXLMPIConfigError, match="users outside the group"):
+            fresh(f"file:{shared}")
+        os.chown(shared, 65534, 0)
+        shared.chmod(0o660)
+        with pytest.raises(CXLMPIConfigError, match="not to CXLMPI_POOL_GROUP"):
+            fresh(f"file:{shared}")
+    finally:
+        monkeypatch.delenv("CXLMPI_POOL_GROUP")
+        config.reload()
+    with pytest.raises(CXLMPIConfigError, match="mode 660: other users"):
+        fresh(f"file:{created}")
+
+
+def _first_use(path: str, barrier, out) -> None:
+    barrier.wait()
+    try:
+        dev = backends._open(backends.parse_spec(f"file:{path}"), create=True)
+        dev.check_header(format_if_empty=True)
+        out.put(dev.identity)
+    except Exception as exc:  # noqa: BLE001 -- reported to the test
+        out.put(f"failed: {exc}")
+
+
+def test_concurrent_first_use_of_a_new_pool_file(tmp_path: Path) -> None:
+    """Jobs that meet a pool file that does not exist yet all at once all
+    end up with the same file and the same table (before, one failed: the
+    file was created, then sized; the table checked outside the lock)."""
+    ctx = multiprocessing.get_context("spawn")
+    for attempt in range(2):
+        path = tmp_path / f"pool{attempt}"
+        barrier, out = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_first_use, args=(str(path), barrier, out))
+                 for _ in range(4)]
+        for p in procs:
+            p.start()
+        seen = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join()
+        assert len(set(seen)) == 1 and not seen[0].startswith("failed"), seen
+
+
+def test_partition_memory_is_zero_for_the_next_job(tmp_path: Path, monkeypatch) -> None:
+    """On a device whose freed partitions cannot be hole-punched (devdax;
+    here its stand-in), what a job left in its data halves and its
+    pool-resident arrays is gone before the next job's arrays are handed
+    out."""
+    device = make_file(tmp_path / "dax0.0", 64 * MIB)
+    monkeypatch.setenv("CXLMPI_SYSFS", str(dax_fixture(tmp_path / "sys", "dax0.0",
+                                                       64 * MIB, None)))
+    spec = f"dax:{device}"
+    dev = fresh(spec)
+    seen = []
+    for _job in range(2):
+        entry, token, offset, length = dev.claim(8 * MIB, 2)
+        pool = Pool.map_partition(dev.fd, offset, 4 * MIB, 0, 2, True, token, "p",
+                                  arena_nbytes=2 * MIB)
+        slot, half = Pool.layout(2, 4 * MIB)
+        block = pool.allocate(MIB)
+        view = memoryview(block).cast("B")
+        halves = device.read_bytes()[offset + slot:offset + slot + 2 * half]
+        seen.append((bytes(view[:4096]), halves))
+        view[:] = b"\xab" * MIB                              # the job's data
+        with open(device, "r+b") as f:
+            f.seek(offset + slot)
+            f.write(b"\xcd" * 2 * half)
+        del view, block
+        pool.close()
+        dev.release(entry, token)
+    assert seen[1][0] == bytes(4096)
+    assert seen[1][1] == bytes(len(seen[1][1]))
+    dev.close()
+
+
+# ------------------------------------------------- liveness without pids
+
+def _lock_line(dev: backends.Device) -> list[int]:
+    return dev._load(backends.LOCK_AT // 8, backends.L_WORDS)
+
+
+def test_lock_of_a_reused_pid_is_stale(tmp_path: Path, monkeypatch) -> None:
+    """A lock left by a dead claimer whose pid now belongs to another
+    process (start times differ) is taken at once, not after a minute."""
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
+    other = os.getppid()                                   # alive, not the holder
+    dev._store(backends.LOCK_AT // 8, [12345, backends.HOST, other,
+                                       backends._start_time(other) + 1, 0, 0, 12345])
+    monkeypatch.setattr(backends, "LOCK_WAIT_S", 2.0)
+    with dev.locked():
+        assert _lock_line(dev)[backends.L_PID] == os.getpid()
+    assert _lock_line(dev) == [0] * backends.L_WORDS
+    dev.close()
+
+
+def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
+    """A claimer paused between reading the lock free and writing its token
+    (longer than Fischer's delay) may have overwritten a holder that got in
+    meanwhile: it hands that holder's token back and does not enter until
+    the holder is gone."""
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
+    word = backends.LOCK_AT // 8
+    clock = [0.0]
+    real = time.monotonic
+    monkeypatch.setattr(backends.time, "monotonic", lambda: real() + clock[0])
+    store = dev._store
+    events = []
+
+    def paused_store(at: int, values: list[int]) -> None:
+        if at == word and len(values) == 1 and values[0] and not events:
+            # paused here: meanwhile a holder (of a process that will die)
+            # took the lock and said so
+            events.append("paused")
+            clock[0] += 1.0
+            store(word, [777, backends.HOST, 2 ** 22 + 1, 1, 0, 0, 777])
+        store(at, values)
+        if at == word and values == [777]:
+            events.append("handed back")
+
+    monkeypatch.setattr(dev, "_store", paused_store)
+    with dev.locked():
+        assert _lock_line(dev)[backends.L_INSIDE] == _lock_line(dev)[backends.L_TOKEN] != 777
+    assert events == ["paused", "handed back"]
+    assert dev.fischer_retries == 1
+    dev.close()
+
+
+FOREIGN_CLAIMER = """
+import os, sys
+from cxlmpi import backends, config
+config.get()
+dev = backends.open_device(backends.parse_spec(sys.argv[1]))
+entry, token, offset, length = dev.claim(4 << 20, 1)
+with open(sys.argv[1][5:], "r+b") as f:
+    f.seek(offset + length - 4096)
+    f.write(b"\\xee" * 4096)
+print(offset, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_partition_of_a_job_in_another_pid_namespace(tmp_path: Path, monkeypatch) -> None:
+    """A job in another pid namespace (a container on this host; its pids
+    mean nothing here) holds a partition: a claimer here that finds no room
+    watches its heartbeat and leaves it alone while it lives (before: judged
+    stale by a pid looked up in the wrong /proc, reclaimed and zeroed), and
+    reclaims it once it is killed."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
+                                            "true"]).returncode != 0:
+        pytest.skip("needs root and unshare(1)")
+    path = make_file(tmp_path / "pool", 24 * MIB)
+    spec = f"file:{path}"
+    fresh(spec).close()
+    beats = {"CXLMPI_HEARTBEAT": "0.02", "CXLMPI_LEASE_BEATS": "10"}
+    for name, value in beats.items():
+        monkeypatch.setenv(name, value)
+    config.reload()
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                             sys.executable, "-c", FOREIGN_CLAIMER, spec],
+                            cwd=ROOT, env={**mpi_env(), **beats}, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        offset = int(proc.stdout.readline())
+        dev = fresh(spec)
+        [theirs] = dev.entries()
+        assert not theirs["this_host"] and theirs["liveness"] == "unknown"
+        mine = []
+        with pytest.raises(CXLMPIPoolError, match="no room"):
+            while True:
+                mine.append(dev.claim(4 * MIB, 1))
+        assert offset not in [c[2] for c in mine]
+        with open(path, "rb") as f:
+            f.seek(offset + 4 * MIB - 4096)
+            assert f.read(4096) == b"\xee" * 4096          # their data, intact
+        proc.kill()
+        proc.wait()
+        assert dev.claim(4 * MIB, 1)[2] == offset           # dead now: reclaimed
+        dev.close()
+    finally:
+        proc.kill()
+        for name in beats:
+            monkeypatch.delenv(name)
+        config.reload()

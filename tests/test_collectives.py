@@ -48,6 +48,7 @@ def dax_stand_in(tmp_path: Path) -> dict[str, str]:
     device = tmp_path / "dax0.0"
     with open(device, "wb") as f:
         f.truncate(256 << 20)
+    device.chmod(0o600)     # pool memory is its owner's alone
     sysfs = tmp_path / "sys" / "bus" / "dax" / "devices" / "dax0.0"
     sysfs.mkdir(parents=True)
     (sysfs / "size").write_text(f"{256 << 20}\n")

@@ -16,6 +16,9 @@ from cxlmpi.group import disagreement
 # to the table without one here fails test_every_setting_is_covered.
 OTHER_VALUES = {
     "CXLMPI_POOL": "numa:0",
+    "CXLMPI_POOL_GROUP": "nogroup",
+    "CXLMPI_HEARTBEAT": "0.5",
+    "CXLMPI_LEASE_BEATS": "10",
     "CXLMPI_POOL_GROUPS": "2",
     "CXLMPI_POOL_SIZE": "32M",
     "CXLMPI_ARENA_SIZE": "2G",
@@ -36,7 +39,10 @@ OTHER_VALUES = {
 
 # Settings that never change which path a call takes nor the pool's layout
 # (CXLMPI_CACHE: only rank 0 reads the cache, and hands it to the others).
-LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE"}
+# Nor do the pool's permissions and the heartbeat: a rank that cannot open the
+# pool file fails the set-up on every rank, and each process beats its own.
+LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE",
+         "CXLMPI_POOL_GROUP", "CXLMPI_HEARTBEAT", "CXLMPI_LEASE_BEATS"}
 
 
 def test_agreed_is_a_required_field() -> None:

@@ -270,6 +270,26 @@ def test_pool_notices_dead_unreaped_peer() -> None:
     assert tagged(proc.stdout, "RESULT").split()[0] == "peer_gone", proc.stdout
 
 
+FOREIGN_PEER = "tests/scripts/foreign_peer.py"
+
+
+@pytest.mark.parametrize("how, outcome", [("die", "peer_gone"), ("late", "completed")])
+def test_pool_judges_a_foreign_peer_by_its_heartbeat(how: str, outcome: str) -> None:
+    """A peer in another pid namespace (a container; another host) is judged
+    by its heartbeat, never by its pid looked up here: killed, the pool's
+    wait says so well before its timeout (before: it waited the timeout
+    out, or called a live peer whose pid is not here dead); late by ten
+    leases, it is waited for."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
+                                            "true"]).returncode != 0:
+        pytest.skip("needs root and unshare(1)")
+    env = {**mpi_env(), "CXLMPI_HEARTBEAT": "0.02", "CXLMPI_LEASE_BEATS": "10"}
+    proc = subprocess.run([sys.executable, FOREIGN_PEER, how], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert tagged(proc.stdout, "RESULT").split()[0] == outcome, proc.stdout
+
+
 # --------------------------------------------------------------- 3. patching
 
 
@@ -374,7 +394,7 @@ def expected_info() -> dict:
             "    'mpi4py': mpi4py.__version__,\n"
             "    'library': ' '.join(MPI.Get_library_version().splitlines()[0].split()),\n"
             "    'variables': [v.name for v in config.VARIABLES],\n"
-            "    'defaults': [v.default for v in config.VARIABLES],\n"
+            "    'defaults': [v.default or '(none)' for v in config.VARIABLES],\n"
             "    'agreed': [v.agreed for v in config.VARIABLES]}))\n")
     return tagged_json(run_mpi(1, ["-c", code]).stdout, "EXPECT")
 

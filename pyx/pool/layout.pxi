@@ -32,6 +32,8 @@ cdef extern from "cxl_layout.h" nogil:
         uint64_t passed
         uint32_t asleep
         uint32_t cpu
+        uint64_t beat
+        uint64_t beat_period_ns
 
 DEF PAGE_NBYTES = 4096
 
@@ -49,7 +51,9 @@ def _layout():
             "ctrl_cpu": <char *>&_ctrl_example.cpu - at,
             "ctrl_pid": <char *>&_ctrl_example.pid - at,
             "ctrl_host": <char *>&_ctrl_example.host - at,
-            "ctrl_attached": <char *>&_ctrl_example.attached - at}
+            "ctrl_attached": <char *>&_ctrl_example.attached - at,
+            "ctrl_beat": <char *>&_ctrl_example.beat - at,
+            "ctrl_beat_period": <char *>&_ctrl_example.beat_period_ns - at}
 
 
 # Offsets of the shared layout that Python code reads (cxlmpi.backends, tests).

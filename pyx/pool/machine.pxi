@@ -81,6 +81,38 @@ def set_host(uint64_t value):
     host_id = value
 
 
+# Heartbeats (pyx/cxl_beat.h): liveness where a pid means nothing.
+cdef uint64_t lease_beats = 30
+
+
+def set_heartbeat(double period_s, uint64_t beats):
+    """The heartbeat period of this process's words (CXLMPI_HEARTBEAT) and
+    the number of beats an observer waits for before it judges a still
+    counter's owner gone (CXLMPI_LEASE_BEATS)."""
+    global lease_beats
+    cxl_beat_set_period(<uint64_t>(period_s * 1e9))
+    lease_beats = max(beats, 1)
+
+
+def heartbeat():
+    """(period in ns, lease in beats, beats made so far by this process)."""
+    return cxl_beat_period_ns, lease_beats, cxl_beat_rounds
+
+
+def beat_add(uintptr_t address):
+    """Advance the 64-bit word at `address` every period (and write its line
+    back) until beat_remove: a partition-table entry or lock this process
+    holds.  Remove it before its memory is unmapped."""
+    cdef int rc = cxl_beat_add(<uint64_t *>address, 1)
+    if rc != 0:
+        raise PoolError(rc, f"cannot start the heartbeat: {strerror(rc).decode()}")
+
+
+def beat_remove(uintptr_t address):
+    """Stop beating the word at `address` (never registered: nothing)."""
+    cxl_beat_remove(<const uint64_t *>address)
+
+
 def flushed_lines():
     """Cache lines this process flushed or invalidated for software
     coherence (CXLMPI_COHERENCE=sw); the metadata flushes of every mode

@@ -117,6 +117,7 @@ cdef class Pool:
     cdef readonly int fd         # the backing file, for reserving memory
     cdef readonly size_t file_offset  # where the mapping starts in it
     cdef int64_t pid             # the process that mapped the pool
+    cdef readonly bint wipes     # a partition: memory handed out is zeroed first
 
     def __cinit__(self):
         self.st.base = NULL
@@ -146,6 +147,7 @@ cdef class Pool:
         if self.st.base != NULL:
             if mine and not self.detached and self.st.size > 0:
                 line = ctrl(&self.st, self.st.rank)  # this rank is gone
+                cxl_beat_remove(&line.beat)
                 line.attached = 0
                 cxl_flush_meta(line, CTRL_NBYTES, 0)
             if mine and not self.detached:
@@ -253,8 +255,10 @@ cdef class Pool:
         pool.fd = dup(fd)           # arena blocks are reserved through it
         pool.file_offset = offset
         pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
+        pool.wipes = True           # an earlier job's data may lie there
         if create:
             pool._reserve_segment(nbytes)
+            pool._wipe_slots(nranks, nbytes)
             pool._format(nranks, token, nbytes, arena_nbytes)
         else:
             pool._verify(nranks, token, nbytes, arena_nbytes)
@@ -279,6 +283,14 @@ cdef class Pool:
         if err:
             raise PoolError(err, f"{NO_SPACE} for the pool {self.name} ({nbytes} bytes, "
                                  f"CXLMPI_POOL_SIZE): {strerror(err).decode()}")
+
+    cdef _wipe_slots(self, int nranks, size_t pool_nbytes):
+        """Zero the data halves of a new partition (the header and control
+        lines are formatted anew): nothing an earlier job wrote there stays."""
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
+        cdef size_t lo = slot_offset, n = 2 * <size_t>nranks * <size_t>half
+        with nogil:
+            memset(self.st.base + lo, 0, n)
 
     cdef _format(self, int nranks, uint64_t token, size_t pool_nbytes,
                  size_t arena_nbytes):
@@ -339,12 +351,19 @@ cdef class Pool:
             cxl_arena_init(&self.arena, self.st.base,
                            h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
                            self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
+            self.arena.wipe = self.wipes
         cdef cxl_ctrl *line = ctrl(&self.st, rank)
         line.pid = getpid()
         line.host = host_id
         line.attached = 1
+        line.beat = 0
+        line.beat_period_ns = cxl_beat_period_ns
         cxl_store_release(&line.seq, 0)
         cxl_flush_meta(line, CTRL_NBYTES, 0)
+        cdef int rc = cxl_beat_add(&line.beat, 1)
+        if rc != 0:
+            self._unmap()
+            raise PoolError(rc, f"cannot start the heartbeat: {strerror(rc).decode()}")
 
     def tune(self, size_t chunk_nbytes, size_t rsag_min_nbytes, size_t zerocopy_min_nbytes):
         """Set the tunables, alike on every rank: the bytes a rank publishes
@@ -394,6 +413,7 @@ cdef class Pool:
         if self.pid == this_pid and not self.detached and self.st.base != NULL \
                 and self.st.size > 0:
             line = ctrl(&self.st, self.st.rank)
+            cxl_beat_remove(&line.beat)
             line.attached = 0
             cxl_flush_meta(line, CTRL_NBYTES, 0)
         self.detached = True

@@ -187,6 +187,35 @@ cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nog
         cxl_flush(addr, n, 1)
 
 
+cdef bint peer_gone(state_t *st, cxl_ctrl *line, uint64_t *seen,
+                    double *since) noexcept nogil:
+    """Whether the peer of control line `line` is gone.  On this host (in
+    this pid namespace) its pid says so.  Elsewhere a pid means nothing:
+    its heartbeat (cxl_beat.h) does, judged by this process's monotonic
+    clock: gone once the counter has stood still for its lease
+    (CXLMPI_LEASE_BEATS of its periods), which a peer that is merely late
+    -- busy, descheduled, in a long GIL-holding call -- never reaches (its
+    beat thread needs neither).  A peer that does not beat cannot be
+    judged: it is waited for, up to the timeout.  `seen`, `since`: the
+    count last seen and when (0: not yet looked)."""
+    cdef uint64_t beat, period
+    cdef double now
+    if line.host == host_id:
+        return cxl_pid_gone(line.pid)
+    if st.sw:
+        cxl_flush_meta(&line.beat, 16, 1)
+    beat = cxl_load_acquire(&line.beat)
+    period = cxl_load_acquire(&line.beat_period_ns)
+    if period == 0:
+        return False
+    now = cxl_now_s()
+    if since[0] == 0 or beat != seen[0]:
+        seen[0] = beat
+        since[0] = now
+        return False
+    return cxl_beat_expired(since[0], now, period, lease_beats)
+
+
 cdef int wait_all(state_t *st) noexcept nogil:
     """Wait until every rank has published the current step, keeping MPI
     progressing meanwhile: spin briefly (or yield to the awaited peer when
@@ -202,6 +231,8 @@ cdef int wait_all(state_t *st) noexcept nogil:
     cdef bint sleeps, announced
     cdef uint64_t seen
     cdef uint32_t cpu = 0
+    cdef uint64_t beat_seen = 0
+    cdef double beat_since = 0
     st.sig_pending = 0
     cxl_waiter_init(&w, st.timeout_s, st.spin)
     if not st.sw:
@@ -219,6 +250,7 @@ cdef int wait_all(state_t *st) noexcept nogil:
             w.polls = w.spin_polls
             w.yielding = True
         announced = False
+        beat_since = 0
         while True:
             if st.sw:
                 cxl_flush(line, 8, 1)
@@ -265,7 +297,7 @@ cdef int wait_all(state_t *st) noexcept nogil:
                 else:
                     due = cxl_backoff(&w)
             if due:
-                if cxl_pid_gone(line.pid):
+                if peer_gone(st, line, &beat_seen, &beat_since):
                     st.failed_rank = q
                     st.failed_code = rc = ERR_PEER_GONE
                     break
