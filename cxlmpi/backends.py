@@ -46,7 +46,6 @@ import grp
 import hashlib
 import mmap
 import os
-import re
 import secrets
 import socket
 import stat
@@ -55,11 +54,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import _pool, config
 from .errors import CXLMPIConfigError, CXLMPIPoolError
+from .spec import PoolSpec, parse_spec
 
 __all__ = ["PoolSpec", "parse_spec", "Device", "open_device", "dax_geometry",
            "numa_check", "sysfs_root"]
@@ -105,41 +104,6 @@ L_TOKEN, L_HOST, L_PID, L_START, L_BEAT, L_PERIOD, L_INSIDE = range(7)
 L_WORDS = 7
 
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """A parsed CXLMPI_POOL: `kind` is shm, numa, file or dax."""
-
-    kind: str
-    path: str = ""
-    node: int = -1
-
-    def __str__(self) -> str:
-        if self.kind == "shm":
-            return "shm"
-        if self.kind == "numa":
-            return f"numa:{self.node}"
-        return f"{self.kind}:{self.path}"
-
-    @property
-    def shared_file(self) -> bool:
-        """Whether pools are partitions of one file or device."""
-        return self.kind in ("file", "dax")
-
-
-def parse_spec(text: str) -> PoolSpec:
-    """PoolSpec from 'shm', 'numa:1', 'file:/dev/shm/pool', 'dax:/dev/dax0.0'."""
-    s = text.strip()
-    kind, _, arg = s.partition(":")
-    if kind == "shm" and not arg:
-        return PoolSpec("shm")
-    if kind == "numa" and re.fullmatch(r"\d+", arg):
-        return PoolSpec("numa", node=int(arg))
-    if kind in ("file", "dax") and arg:
-        return PoolSpec(kind, path=os.path.abspath(arg))
-    raise ValueError(f"not a pool: {text!r} (use shm, numa:N, file:PATH or "
-                     f"dax:/dev/daxX.Y)")
 
 
 def sysfs_root() -> Path:

@@ -51,7 +51,7 @@ def _parse_coherence(text: str) -> str:
 
 
 def _parse_backend(text: str) -> str:
-    from .backends import parse_spec
+    from .spec import parse_spec
 
     return str(parse_spec(text))
 
