@@ -18,7 +18,7 @@ OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	CXLMPI_TEST_OPENMPI=1
 SOURCES := $(wildcard cxlmpi/*.py cxlmpi/tools/*.py cxlmpi/*.json pyx/*.pyx pyx/*.pxd pyx/pool/*.pxi pyx/shim/*.pxi pyx/*.h) setup.py pyproject.toml
 
-.PHONY: all demo test test-mpich test-openmpi lint bench tune info clean
+.PHONY: all demo test test-mpich test-openmpi lint bench multihost tune info clean
 
 all: $(VENV)/.built
 
@@ -59,6 +59,26 @@ lint: $(VENV)/.built
 
 bench: $(VENV)/.built
 	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.bench --ops all --sizes 8,64K,1M,16M --validate
+
+# The comparison cxlmpi exists for: one pool spanning hosts against MPI over
+# the network.  MPICH splits the NP ranks into HOSTS emulated hosts
+# (COMM_TYPE_SHARED follows; UCX talks TCP between them) and a pool file on
+# /dev/shm stands in for a CXL device that every host maps: first one pool
+# spanning the hosts, then (when hosts have several ranks) a pool per host
+# with MPI among them (the hierarchy).  Default settings otherwise.
+HOSTS ?= $(NP)
+MULTIHOST_POOL := /dev/shm/cxlmpi-multihost-$(shell id -u)
+MULTIHOST_ENV := MPIR_CVAR_NUM_CLIQUES=$(HOSTS) UCX_TLS=tcp,self
+MULTIHOST_SIZES ?= 8,4K,64K,1M,16M
+multihost: $(VENV)/.built
+	@echo "--- one pool spanning $(HOSTS) emulated hosts ($(NP) ranks) vs stock MPI over TCP"
+	$(MULTIHOST_ENV) CXLMPI_POOL=file:$(MULTIHOST_POOL) $(VENV)/bin/mpiexec -n $(NP) \
+		$(PY) -m cxlmpi.bench --ops all --sizes $(MULTIHOST_SIZES) --validate; \
+		rc=$$?; rm -f $(MULTIHOST_POOL); exit $$rc
+	@if [ $(NP) -gt $(HOSTS) ]; then \
+		echo "--- a pool per emulated host, MPI between them (the hierarchy)"; \
+		$(MULTIHOST_ENV) $(VENV)/bin/mpiexec -n $(NP) $(PY) -m cxlmpi.bench --ops all \
+			--sizes $(MULTIHOST_SIZES) --validate; fi
 
 tune: $(VENV)/.built
 	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.tune --output cxlmpi-tuning.json
