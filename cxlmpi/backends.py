@@ -97,11 +97,14 @@ E_STATE, E_TOKEN, E_OFFSET, E_NBYTES, E_HOST, E_PID, E_START, E_TIME, E_UID, \
     E_NRANKS, E_NAME = range(11)
 E_BEAT, E_PERIOD = 14, 15
 E_WORDS = 16
-# Lock words: the token (Fischer's word), then the holder -- written once it
-# holds the lock: host, pid, start time, heartbeat, period, and its token
-# again ("inside": a late writer's check that nobody got in meanwhile).
-L_TOKEN, L_HOST, L_PID, L_START, L_BEAT, L_PERIOD, L_INSIDE = range(7)
-L_WORDS = 7
+# Lock words: the token (Fischer's word, which any claimer writes) alone in
+# the first 64 bytes; in the second, written only by the holder once it holds
+# the lock: host, pid, start time, heartbeat, period, and its token again
+# ("inside": who is in; a late writer's check that nobody got in meanwhile).
+# One writer per cache line: hosts without coherence write back whole lines.
+L_TOKEN = 0
+L_HOST, L_PID, L_START, L_BEAT, L_PERIOD, L_INSIDE = range(8, 14)
+L_WORDS = 14
 
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 
@@ -198,12 +201,24 @@ def _host_id() -> int:
 
 
 def _start_time(pid: int) -> int:
-    """Start time of process `pid` in clock ticks (0 if it is gone): tells a
-    live process from a later one that reused its pid."""
+    """Start time of process `pid` in clock ticks: 0 if it is gone (or a
+    zombie), -1 if it lives but /proc does not say (hidepid, another
+    user's process): tells a live process from a later one that reused its
+    pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return 0
+    except PermissionError:
+        pass
+    except OSError:
+        return -1
     try:
         stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    except FileNotFoundError:
         return 0
+    except OSError:
+        return -1
     fields = stat_line[stat_line.rindex(")") + 2:].split()
     if fields[0] in ("Z", "X"):
         return 0
@@ -252,13 +267,16 @@ class Watch:
 
 def _same_host_verdict(pid: int, start: int | None) -> str:
     """Liveness of a process of this host and pid namespace: its pid, and
-    where known its start time (a reused pid is another process)."""
+    where known its start time (a reused pid is another process); a pid
+    that exists but cannot be looked into is not judged dead."""
     if pid <= 0:
         return DEAD
     now = _start_time(pid)
     if now == 0:
         return DEAD
-    return ALIVE if start is None or now == start else DEAD
+    if now < 0:
+        return UNKNOWN
+    return ALIVE if start is None or start <= 0 or now == start else DEAD
 
 
 # ------------------------------------------------------------ the device
@@ -355,6 +373,14 @@ class Device:
         self._store(0, [TABLE_MAGIC])
 
     @property
+    def wipes(self) -> bool:
+        """Whether memory of a new partition may still hold an earlier
+        job's data: a devdax device (nothing to hole-punch), or a file on a
+        filesystem not known to punch holes, where freed partitions keep
+        their bytes."""
+        return self.spec.kind == "dax" or not _punches_holes(self.fd)
+
+    @property
     def identity(self) -> str:
         """What ranks that map this same memory have in common (and ranks
         that map another copy of a same-named file do not)."""
@@ -395,57 +421,90 @@ class Device:
         paused there (preempted, a garbage collection) may have overwritten
         a holder that got in meanwhile; it waits FISCHER_GRACE_S for such a
         holder to show itself (L_INSIDE), hands its token back if one did,
-        and tries again."""
+        and tries again.  A holder names itself, then reads the word once
+        more: overwritten by a late writer meanwhile, it steps back.  Any
+        exception leaves nothing of this claimer in the lock line."""
         token = secrets.randbits(63) | 1
+        try:
+            return self._fischer(token)
+        except BaseException:
+            self._release_lock(token)
+            raise
+
+    def _fischer(self, token: int) -> int:
         word = LOCK_AT // 8
         watch = Watch()
         deadline = time.monotonic() + LOCK_WAIT_S
+        pid = os.getpid()
+        me = [HOST, pid, _start_time(pid), 0, _pool.heartbeat()[0], token]  # ready to name
         while True:
             t0 = time.monotonic()
-            lock = self._load(word, L_WORDS)
-            if lock[L_TOKEN] not in (0, token) and self._lock_verdict(lock, watch) != DEAD:
-                if time.monotonic() > deadline:
-                    raise CXLMPIPoolError(
-                        f"{self.spec}: the partition table lock is held by pid "
-                        f"{lock[L_PID]} on host {lock[L_HOST]:#x}, alive as far as "
-                        f"can be told; `--pool-reset` clears it once it is gone")
+            held = self._load(word)[L_TOKEN]
+            name = self._load(word + L_HOST, L_WORDS - L_HOST)
+            inside = name[L_INSIDE - L_HOST]
+            if held not in (0, token):
+                if self._lock_verdict(held, name, watch) != DEAD:
+                    if time.monotonic() > deadline:
+                        raise CXLMPIPoolError(
+                            f"{self.spec}: the partition table lock is held by pid "
+                            f"{name[L_PID - L_HOST]} on host {name[0]:#x}, alive as far "
+                            f"as can be told; `--pool-reset` clears it once it is gone")
+                    time.sleep(FISCHER_DELAY_S)
+                    continue
+                if any(name):
+                    self._store(word + L_HOST, [0] * (L_WORDS - L_HOST))  # the dead one's
+            elif inside not in (0, token):
+                # someone got in and named itself after this claimer's (late)
+                # write: the lock is theirs
+                self._store(word, [inside])
                 time.sleep(FISCHER_DELAY_S)
                 continue
-            if lock[L_TOKEN] and lock[L_INSIDE]:
-                self._store(word + L_INSIDE, [0])     # a dead holder's mark
             self._store(word, [token])
             if time.monotonic() - t0 > FISCHER_DELAY_S:
                 self.fischer_retries += 1
                 time.sleep(FISCHER_GRACE_S)
                 inside = self._load(word + L_INSIDE)[0]
-                if inside and inside != token:
+                if inside and inside != token and self._load(word)[0] == token:
                     self._store(word, [inside])        # not ours: give it back
                 continue
             time.sleep(FISCHER_DELAY_S)
+            if self._load(word)[0] != token:
+                continue
+            self._store(word + L_INSIDE, [token])
+            _pool.beat_add(self._address + 8 * (word + L_BEAT),
+                           self._address + 8 * (word + L_INSIDE), token)
+            self._store(word + L_HOST, me)
             if self._load(word)[0] == token:
-                pid = os.getpid()
-                self._store(word + L_HOST, [HOST, pid, _start_time(pid), 0,
-                                            _pool.heartbeat()[0], token])
-                _pool.beat_add(self._address + 8 * (word + L_BEAT))
                 return token
+            self._unname(token)                        # a late writer came between
+
+    def _unname(self, token: int) -> None:
+        """Stop beating the lock word and clear the holder's name, if it is
+        this claimer's (never another holder's)."""
+        word = LOCK_AT // 8
+        _pool.beat_remove(self._address + 8 * (word + L_BEAT))
+        if self._load(word + L_INSIDE)[0] == token:
+            self._store(word + L_HOST, [0] * (L_WORDS - L_HOST))
 
     def _release_lock(self, token: int) -> None:
         word = LOCK_AT // 8
-        _pool.beat_remove(self._address + 8 * (word + L_BEAT))
-        self._store(word + L_HOST, [0] * (L_WORDS - 1))
+        self._unname(token)
         if self._load(word)[0] == token:
             self._store(word, [0])
 
-    def _lock_verdict(self, lock: list[int], watch: Watch) -> str:
-        """Whether the holder of the lock line `lock` lives.  Before it has
-        written who it is (between its write and its read-back, a few ms)
-        it is judged by its token standing still for UNNAMED_LOCK_S."""
-        if not lock[L_HOST]:
-            return watch.verdict(("token", lock[L_TOKEN]), 0,
+    def _lock_verdict(self, held: int, name: list[int], watch: Watch) -> str:
+        """Whether the holder of token `held` lives (`name`: the words from
+        L_HOST on).  A name counts only while it is that token's (L_INSIDE);
+        before its holder has written it (between its write and its
+        read-back, a few ms) the token is judged by standing still for
+        UNNAMED_LOCK_S."""
+        host, pid, start, beat, period, inside = name
+        if inside != held:
+            return watch.verdict(("token", held), 0,
                                  int(UNNAMED_LOCK_S * 1e9 / config.get().lease_beats))
-        if lock[L_HOST] == HOST:
-            return _same_host_verdict(lock[L_PID], lock[L_START])
-        return watch.verdict(("lock", lock[L_TOKEN]), lock[L_BEAT], lock[L_PERIOD])
+        if host == HOST:
+            return _same_host_verdict(pid, start)
+        return watch.verdict(("lock", held), beat, period)
 
     # ----------------------------------------------------------- partitions
     def entries(self, watch: Watch | None = None) -> list[dict]:
@@ -493,8 +552,11 @@ class Device:
         """The liveness of each rank whose control line in the partition of
         entry `w` says it still maps it."""
         offset = w[E_OFFSET]
+        lines = self._control_lines(offset, w[E_NRANKS])
+        if lines is None:
+            return [UNKNOWN]          # cannot look: never judged gone
         out = []
-        for r, words in enumerate(self._control_lines(offset, w[E_NRANKS])):
+        for r, words in enumerate(lines):
             if not words[CTRL_ATTACHED]:
                 continue
             if words[CTRL_HOST] == HOST:
@@ -507,18 +569,18 @@ class Device:
     def attached_ranks(self, offset: int, nranks: int) -> list[int]:
         """The ranks whose control line in the partition at `offset` says
         they still map it, alive or not."""
-        return [r for r, words in enumerate(self._control_lines(offset, nranks))
+        return [r for r, words in enumerate(self._control_lines(offset, nranks) or [])
                 if words[CTRL_ATTACHED]]
 
-    def _control_lines(self, offset: int, nranks: int) -> list[tuple[int, ...]]:
+    def _control_lines(self, offset: int, nranks: int) -> list[tuple[int, ...]] | None:
         """The words of the control lines of the partition at `offset`,
-        re-read from memory ([] where it cannot be mapped)."""
+        re-read from memory (None where they cannot be mapped)."""
         length = _round_up(CTRL_AT + nranks * CTRL_LINE, self.align)
         try:
             m = mmap.mmap(self.fd, length, mmap.MAP_SHARED,
                           mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
         except (OSError, ValueError):
-            return []
+            return None
         try:
             _pool.flush(ctypes.addressof(ctypes.c_char.from_buffer(m, CTRL_AT)),
                         nranks * CTRL_LINE, True)
@@ -550,8 +612,13 @@ class Device:
                                            _start_time(pid), time.time_ns(), os.getuid(),
                                            nranks, *struct.unpack("<4Q", name), 0,
                                            _pool.heartbeat()[0]])
+                    try:
+                        _pool.beat_add(self._address + 8 * (word + E_BEAT),
+                                       self._address + 8 * (word + E_TOKEN), token)
+                    except BaseException:
+                        self._store(word, [FREE, 0])
+                        raise
                     self._store(word, [CLAIMED])
-                    _pool.beat_add(self._address + 8 * (word + E_BEAT))
                     self.claims[entry] = token
                     return entry, token, offset, length
                 used = self._used
@@ -661,6 +728,18 @@ def _round_up(n: int, align: int) -> int:
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
+# Filesystems whose fallocate(PUNCH_HOLE) frees a partition's pages (what
+# is read afterwards is zeros): tmpfs, hugetlbfs, ext4, xfs, btrfs.
+_PUNCHING_FS = {0x01021994, 0x958458F6, 0xEF53, 0x58465342, 0x9123683E}
+
+
+def _punches_holes(fd: int) -> bool:
+    buf = ctypes.create_string_buffer(120)
+    if _libc.fstatfs(fd, buf) != 0:
+        return False
+    return struct.unpack_from("<q", buf, 0)[0] in _PUNCHING_FS
 
 
 def _punch_hole(fd: int, offset: int, nbytes: int) -> None:

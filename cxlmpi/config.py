@@ -65,15 +65,15 @@ def _parse_groups(text: str) -> int:
 
 def _parse_seconds(text: str) -> float:
     value = float(text)
-    if not 0.001 <= value <= 60:
-        raise ValueError(f"not a heartbeat period: {text!r} (use 0.001 to 60 seconds)")
+    if not 0.01 <= value <= 60:
+        raise ValueError(f"not a heartbeat period: {text!r} (use 0.01 to 60 seconds)")
     return value
 
 
 def _parse_beats(text: str) -> int:
     value = int(text)
-    if value < 2:
-        raise ValueError(f"not a number of heartbeats: {text!r} (use 2 or more)")
+    if value < 5:
+        raise ValueError(f"not a number of heartbeats: {text!r} (use 5 or more)")
     return value
 
 

@@ -182,8 +182,13 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 dev = backends.open_device(spec)
                 total = Pool.mapping_nbytes(n, cfg.pool_size, cfg.arena_size)
                 entry, token, offset, length = dev.claim(total, n)
-                pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, 0, n, True,
-                                          token, f"{spec}#{entry}", cfg.arena_size)
+                try:
+                    pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, 0, n, True,
+                                              token, f"{spec}#{entry}", cfg.arena_size,
+                                              dev.wipes)
+                except BaseException:
+                    dev.release(entry, token)      # not left claimed by nobody
+                    raise
                 pool.release = functools.partial(dev.release, entry, token)
                 where = (entry, token, offset)
             else:
@@ -200,7 +205,8 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 entry, token, offset = where
                 dev = backends.open_device(spec)
                 pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, rank, n,
-                                          False, token, f"{spec}#{entry}", cfg.arena_size)
+                                          False, token, f"{spec}#{entry}", cfg.arena_size,
+                                          dev.wipes)
                 pool.release = functools.partial(dev.release, entry, token)
             else:
                 pool = Pool.attach(where, rank, n, cfg.pool_size, cfg.arena_size)

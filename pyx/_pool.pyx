@@ -99,7 +99,7 @@ cdef extern from "cxl_kernels.h" nogil:
     int cxl_has_avx512f()
 
 cdef extern from "cxl_beat.h" nogil:
-    int cxl_beat_add(uint64_t *word, int flush)
+    int cxl_beat_add(uint64_t *word, int flush, const uint64_t *owner, uint64_t token)
     void cxl_beat_remove(const uint64_t *word)
     void cxl_beat_set_period(uint64_t ns)
     uint64_t cxl_beat_period_ns

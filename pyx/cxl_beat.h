@@ -28,6 +28,9 @@
 typedef struct {
     uint64_t *word;      /* the counter */
     int flush;           /* write its line back after each beat */
+    const uint64_t *owner;  /* a word that holds `token` while the counter is
+                             * this process's (NULL: always) */
+    uint64_t token;
 } cxl_beat_entry;
 
 static pthread_mutex_t cxl_beat_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -37,12 +40,25 @@ static int cxl_beat_running = 0;
 static uint64_t cxl_beat_period_ns = 100000000ull;   /* 100 ms */
 static uint64_t cxl_beat_rounds = 0;                 /* beats made (stats, tests) */
 
+/* One beat of every counter still this process's: memory whose owner
+ * word no longer holds the token has changed hands (the process was judged
+ * gone while stopped, or an operator reset the table) -- its counter is
+ * dropped, never written into the new owner's memory. */
 static void cxl_beat_once(void)
 {
-    for (int i = 0; i < cxl_beat_n; i++) {
-        uint64_t *w = cxl_beats[i].word;
+    for (int i = 0; i < cxl_beat_n;) {
+        cxl_beat_entry *e = &cxl_beats[i];
+        if (e->owner) {
+            if (e->flush) cxl_flush_meta(e->owner, sizeof *e->owner, 1);
+            if (__atomic_load_n(e->owner, __ATOMIC_ACQUIRE) != e->token) {
+                cxl_beats[i] = cxl_beats[--cxl_beat_n];
+                continue;
+            }
+        }
+        uint64_t *w = e->word;
         __atomic_store_n(w, __atomic_load_n(w, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
-        if (cxl_beats[i].flush) cxl_flush_meta(w, sizeof *w, 0);
+        if (e->flush) cxl_flush_meta(w, sizeof *w, 0);
+        i++;
     }
     cxl_beat_rounds++;
 }
@@ -93,8 +109,9 @@ static int cxl_beat_start(void)
     return rc;
 }
 
-/* Beat `word` from now on; 0, or an errno (no room, no thread). */
-static int cxl_beat_add(uint64_t *word, int flush)
+/* Beat `word` from now on, while `*owner` holds `token` (owner NULL:
+ * always); 0, or an errno (no room, no thread). */
+static int cxl_beat_add(uint64_t *word, int flush, const uint64_t *owner, uint64_t token)
 {
     int rc = 0;
     pthread_mutex_lock(&cxl_beat_lock);
@@ -105,6 +122,8 @@ static int cxl_beat_add(uint64_t *word, int flush)
         if (rc == 0) {
             cxl_beats[cxl_beat_n].word = word;
             cxl_beats[cxl_beat_n].flush = flush;
+            cxl_beats[cxl_beat_n].owner = owner;
+            cxl_beats[cxl_beat_n].token = token;
             cxl_beat_n++;
         }
     }
@@ -126,9 +145,13 @@ static void cxl_beat_remove(const uint64_t *word)
     pthread_mutex_unlock(&cxl_beat_lock);
 }
 
+/* The period, until the thread starts: observers were told the period
+ * of each counter when it was registered, so it never changes after. */
 static void cxl_beat_set_period(uint64_t ns)
 {
-    __atomic_store_n(&cxl_beat_period_ns, ns ? ns : 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&cxl_beat_lock);
+    if (!cxl_beat_running) cxl_beat_period_ns = ns ? ns : 1;
+    pthread_mutex_unlock(&cxl_beat_lock);
 }
 
 /* Whether a beat last seen to change at `since_s` (this process's

@@ -5,6 +5,7 @@ The collectives over each backend run in tests/test_collectives.py."""
 
 from __future__ import annotations
 
+import ctypes
 import grp
 import multiprocessing
 import os
@@ -20,7 +21,7 @@ import pytest
 from cxlmpi._pool import Pool
 from harness import ROOT, SMALL_POOL_ENV, mpi_env, run_mpi
 
-from cxlmpi import backends, config
+from cxlmpi import _pool, backends, config
 from cxlmpi.errors import CXLMPIConfigError, CXLMPIPoolError
 
 MIB = 1 << 20
@@ -533,8 +534,10 @@ def test_lock_of_a_reused_pid_is_stale(tmp_path: Path, monkeypatch) -> None:
     process (start times differ) is taken at once, not after a minute."""
     dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
     other = os.getppid()                                   # alive, not the holder
-    dev._store(backends.LOCK_AT // 8, [12345, backends.HOST, other,
-                                       backends._start_time(other) + 1, 0, 0, 12345])
+    word = backends.LOCK_AT // 8
+    dev._store(word, [12345])
+    dev._store(word + backends.L_HOST, [backends.HOST, other,
+                                        backends._start_time(other) + 1, 0, 0, 12345])
     monkeypatch.setattr(backends, "LOCK_WAIT_S", 2.0)
     with dev.locked():
         assert _lock_line(dev)[backends.L_PID] == os.getpid()
@@ -561,7 +564,8 @@ def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
             # took the lock and said so
             events.append("paused")
             clock[0] += 1.0
-            store(word, [777, backends.HOST, 2 ** 22 + 1, 1, 0, 0, 777])
+            store(word, [777])
+            store(word + backends.L_HOST, [backends.HOST, 2 ** 22 + 1, 1, 0, 0, 777])
         store(at, values)
         if at == word and values == [777]:
             events.append("handed back")
@@ -630,3 +634,32 @@ def test_partition_of_a_job_in_another_pid_namespace(tmp_path: Path, monkeypatch
         for name in beats:
             monkeypatch.delenv(name)
         config.reload()
+
+
+def _rounds_pass(n: int) -> None:
+    """Return once the heartbeat thread has beaten `n` more times."""
+    start = _pool.heartbeat()[2]
+    deadline = time.monotonic() + 60
+    while _pool.heartbeat()[2] < start + n:
+        assert time.monotonic() < deadline, "the heartbeat thread stopped"
+        time.sleep(0.01)
+
+
+def test_heartbeat_stops_when_the_memory_changes_hands() -> None:
+    """A counter beats while its owner word holds the token it was
+    registered with; once the word says otherwise (the process was judged
+    gone while stopped and its partition or entry is another job's now),
+    the beat thread never writes there again."""
+    words = (ctypes.c_uint64 * 2)(0, 42)          # [counter, owner]
+    counter, owner = ctypes.addressof(words), ctypes.addressof(words) + 8
+    _pool.beat_add(counter, owner, 42)
+    try:
+        _rounds_pass(2)
+        assert words[0] >= 1
+        words[1] = 7                                # another owner's token now
+        _rounds_pass(2)
+        frozen = words[0]
+        _rounds_pass(3)
+        assert words[0] == frozen
+    finally:
+        _pool.beat_remove(counter)

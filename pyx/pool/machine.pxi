@@ -86,9 +86,10 @@ cdef uint64_t lease_beats = 30
 
 
 def set_heartbeat(double period_s, uint64_t beats):
-    """The heartbeat period of this process's words (CXLMPI_HEARTBEAT) and
-    the number of beats an observer waits for before it judges a still
-    counter's owner gone (CXLMPI_LEASE_BEATS)."""
+    """The heartbeat period of this process's words (CXLMPI_HEARTBEAT; fixed
+    once the first word beats: observers were told it) and the number of
+    beats an observer waits for before it judges a still counter's owner
+    gone (CXLMPI_LEASE_BEATS)."""
     global lease_beats
     cxl_beat_set_period(<uint64_t>(period_s * 1e9))
     lease_beats = max(beats, 1)
@@ -99,11 +100,12 @@ def heartbeat():
     return cxl_beat_period_ns, lease_beats, cxl_beat_rounds
 
 
-def beat_add(uintptr_t address):
+def beat_add(uintptr_t address, uintptr_t owner=0, uint64_t token=0):
     """Advance the 64-bit word at `address` every period (and write its line
-    back) until beat_remove: a partition-table entry or lock this process
-    holds.  Remove it before its memory is unmapped."""
-    cdef int rc = cxl_beat_add(<uint64_t *>address, 1)
+    back) until beat_remove, or until the word at `owner` no longer holds
+    `token` (the memory changed hands): a partition-table entry or lock
+    this process holds.  Remove it before its memory is unmapped."""
+    cdef int rc = cxl_beat_add(<uint64_t *>address, 1, <const uint64_t *>owner, token)
     if rc != 0:
         raise PoolError(rc, f"cannot start the heartbeat: {strerror(rc).decode()}")
 

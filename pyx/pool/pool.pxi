@@ -243,22 +243,27 @@ cdef class Pool:
 
     @staticmethod
     def map_partition(int fd, size_t offset, size_t nbytes, int rank, int nranks,
-                      bint create, uint64_t token, str name, size_t arena_nbytes=0):
+                      bint create, uint64_t token, str name, size_t arena_nbytes=0,
+                      bint wipe=True):
         """Map `nbytes` of an open file or device at `offset` (a partition
         claimed through the device's partition table, see
         cxlmpi.backends).  The creating rank formats the partition, wiping
         whatever an earlier job left in its control lines; the others check
-        that it carries this job's `token`."""
+        that it carries this job's `token`.  `wipe`: memory an earlier job
+        may have left data in (a device whose freed partitions are not
+        hole-punched, Device.wipes): the data halves are zeroed now, each
+        pool-resident block when first reserved."""
         check_layout(nranks, nbytes)
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
         pool.fd = dup(fd)           # arena blocks are reserved through it
         pool.file_offset = offset
         pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
-        pool.wipes = True           # an earlier job's data may lie there
+        pool.wipes = wipe           # an earlier job's data may lie there
         if create:
             pool._reserve_segment(nbytes)
-            pool._wipe_slots(nranks, nbytes)
+            if wipe:
+                pool._wipe_slots(nranks, nbytes)
             pool._format(nranks, token, nbytes, arena_nbytes)
         else:
             pool._verify(nranks, token, nbytes, arena_nbytes)
@@ -360,7 +365,7 @@ cdef class Pool:
         line.beat_period_ns = cxl_beat_period_ns
         cxl_store_release(&line.seq, 0)
         cxl_flush_meta(line, CTRL_NBYTES, 0)
-        cdef int rc = cxl_beat_add(&line.beat, 1)
+        cdef int rc = cxl_beat_add(&line.beat, 1, &h.token, h.token)
         if rc != 0:
             self._unmap()
             raise PoolError(rc, f"cannot start the heartbeat: {strerror(rc).decode()}")
