@@ -27,6 +27,8 @@ OTHER_VALUES = {
     "CXLMPI_RSAG_THRESHOLD": "128K",
     "CXLMPI_TIMEOUT": "30",
     "CXLMPI_COHERENCE": "sw",
+    "CXLMPI_EMULATE_SEED": "7",
+    "CXLMPI_EMULATE_FAULT": "skip-flush",
     "CXLMPI_OBJECTS": "1",
     "CXLMPI_ALLOC": "1",
     "CXLMPI_PROGRESS": "0",
@@ -36,7 +38,8 @@ OTHER_VALUES = {
 
 # Settings that never change which path a call takes nor the pool's layout
 # (CXLMPI_CACHE: only rank 0 reads the cache, and hands it to the others).
-LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE"}
+LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE",
+         "CXLMPI_EMULATE_SEED", "CXLMPI_EMULATE_FAULT"}
 
 
 def test_agreed_is_a_required_field() -> None:
