@@ -13,7 +13,7 @@
  *      (or written back to it).  A line whose P differs from C is dirty.
  *
  * cxl_flush(addr, n, 0) writes back every dirty 64-byte line of the range
- * (P -> S, P -> C); cxl_flush(addr, n, 1) writes back the dirty lines and
+ * (P -> S, P -> C; see cxl_emu_stale); cxl_flush(addr, n, 1) writes back the dirty lines and
  * reloads every line of the range (S -> P, S -> C).  Whole lines, as a
  * cache writes them back: two processes that write parts of one line
  * clobber each other's bytes, as on real hardware.  At every flush (a hook
@@ -118,6 +118,17 @@ static inline int cxl_emu_dirty(const cxl_emu_region *r, size_t off)
     return memcmp(r->p + off, r->c + off, CXL_EMU_LINE) != 0;
 }
 
+/* Whether memory no longer holds what P does.  A write-back (flush
+ * without invalidate) writes back such a line even when P equals C: the
+ * process may have stored the very bytes its stale clean copy held (a
+ * store makes a line dirty whatever it writes, which comparing P with C
+ * cannot see).  A process writes back only lines it owns or just stored
+ * to, so a line it merely holds stale is never written back this way. */
+static inline int cxl_emu_stale(const cxl_emu_region *r, size_t off)
+{
+    return memcmp(r->p + off, r->s + off, CXL_EMU_LINE) != 0;
+}
+
 /* P -> S (last word first, release), P -> C. */
 static inline void cxl_emu_store_line(cxl_emu_region *r, size_t off)
 {
@@ -183,7 +194,7 @@ static int64_t cxl_emu_flush(const void *addr, size_t n, int invalidate)
             cxl_emu_dropped++;
             continue;
         }
-        if (cxl_emu_dirty(r, off)) {
+        if (cxl_emu_dirty(r, off) || (!invalidate && cxl_emu_stale(r, off))) {
             cxl_emu_store_line(r, off);
             cxl_emu_writebacks++;
         }
