@@ -553,6 +553,10 @@ cdef class Pool:
     def seqs(self):
         """Every rank's published step, read from the control lines."""
         self._check()
+        if self.st.sw:
+            for q in range(self.st.size):
+                if q != self.st.rank:
+                    cxl_flush_meta(ctrl(&self.st, q), 8, 1)
         return [cxl_load_acquire(&ctrl(&self.st, q).seq) for q in range(self.st.size)]
 
     def missing_ranks(self):
