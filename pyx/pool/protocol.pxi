@@ -214,6 +214,16 @@ cdef inline void will_write_into(state_t *st, char *dst, size_t n) noexcept nogi
         cxl_flush(dst + n - 1, 1, 1)
 
 
+cdef inline size_t arena_room(state_t *st, uint64_t at1, size_t mapped) noexcept nogil:
+    """Bytes from a peer's offset + 1 `at1` to the end of the mapping when
+    it lies in the arenas, else 0: a table a peer never wrote back (a
+    protocol error, or the emulator's fault hooks) must not send this rank
+    outside the pool."""
+    if at1 == 0 or at1 - 1 < st.arena_offset or at1 - 1 >= mapped:
+        return 0
+    return mapped - (at1 - 1)
+
+
 cdef inline bint line_aligned(uint64_t at1, size_t nbytes) noexcept nogil:
     """Whether the block at offset + 1 `at1` of `nbytes` (0 bytes: any)
     starts and ends on cache-line boundaries: blocks that several ranks
