@@ -17,9 +17,10 @@
  * reloads every line of the range (S -> P, S -> C).  Whole lines, as a
  * cache writes them back: two processes that write parts of one line
  * clobber each other's bytes, as on real hardware.  At every flush (a hook
- * point), with probability 1/CXL_EMU_EVICT_ONE_IN, one random line of a
- * range flushed lately is evicted: written back if dirty (seeded by
- * CXLMPI_EMULATE_SEED), as a cache evicts lines whenever it likes.
+ * point, before the flush's own lines), with probability
+ * 1/CXL_EMU_EVICT_ONE_IN, a dirty line of a range flushed lately is
+ * evicted: written back (seeded by CXLMPI_EMULATE_SEED), as a cache evicts
+ * lines whenever it likes.
  *
  * A line is written back in 8-byte words from its last to its first with
  * release stores, and reloaded from its first to its last with acquire
@@ -55,6 +56,7 @@
 #define CXL_EMU_MAX_REGIONS 64
 #define CXL_EMU_RECENT 64
 #define CXL_EMU_EVICT_ONE_IN 4
+#define CXL_EMU_EVICT_PROBES 8
 
 #define CXL_EMU_FAULT_NONE 0
 #define CXL_EMU_FAULT_SKIP_FLUSH 1
@@ -152,20 +154,25 @@ static inline void cxl_emu_load_line(cxl_emu_region *r, size_t off)
     memcpy(r->c + off, words, CXL_EMU_LINE);
 }
 
-/* One random line of a range flushed lately, written back if dirty. */
+/* Now and then, a dirty line of a range flushed lately (one of a few
+ * random lines probed: lines written again since their last flush -- a
+ * buffer NumPy code rewrites between calls, a half -- are the dirty
+ * ones) is written back. */
 static inline void cxl_emu_maybe_evict(void)
 {
     if (cxl_emu_next() % CXL_EMU_EVICT_ONE_IN != 0) return;
     unsigned n = cxl_emu_recent_next < CXL_EMU_RECENT ? cxl_emu_recent_next : CXL_EMU_RECENT;
-    if (n == 0) return;
-    cxl_emu_range *range = &cxl_emu_recent[cxl_emu_next() % n];
-    const char *a = range->addr + (range->n ? cxl_emu_next() % range->n : 0);
-    cxl_emu_region *r = cxl_emu_find(a);
-    if (r == NULL) return;     /* unmapped since */
-    size_t off = (size_t)(a - r->p) & ~(size_t)(CXL_EMU_LINE - 1);
-    if (cxl_emu_dirty(r, off)) {
-        cxl_emu_store_line(r, off);
-        cxl_emu_evictions++;
+    for (int probe = 0; n && probe < CXL_EMU_EVICT_PROBES; probe++) {
+        cxl_emu_range *range = &cxl_emu_recent[cxl_emu_next() % n];
+        const char *a = range->addr + (range->n ? cxl_emu_next() % range->n : 0);
+        cxl_emu_region *r = cxl_emu_find(a);
+        if (r == NULL) continue;     /* unmapped since */
+        size_t off = (size_t)(a - r->p) & ~(size_t)(CXL_EMU_LINE - 1);
+        if (cxl_emu_dirty(r, off)) {
+            cxl_emu_store_line(r, off);
+            cxl_emu_evictions++;
+            return;
+        }
     }
 }
 
@@ -182,6 +189,7 @@ static int64_t cxl_emu_flush(const void *addr, size_t n, int invalidate)
         return -1;
     }
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    cxl_emu_maybe_evict();   /* before this flush cleans its own lines */
     size_t start = (size_t)((const char *)addr - r->p) & ~(size_t)(CXL_EMU_LINE - 1);
     size_t end = (size_t)((const char *)addr - r->p) + n;
     if (end > r->nbytes) end = r->nbytes;
@@ -209,7 +217,6 @@ static int64_t cxl_emu_flush(const void *addr, size_t n, int invalidate)
         cxl_emu_recent_next++;
         if (cxl_emu_recent_next >= 2 * CXL_EMU_RECENT) cxl_emu_recent_next -= CXL_EMU_RECENT;
     }
-    cxl_emu_maybe_evict();
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&cxl_emu_lock);
     return lines;
