@@ -15,8 +15,8 @@ COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function"]
 extensions = [
     Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
               extra_compile_args=COMPILE_ARGS,
-              depends=["pyx/cxl_kernels.h", "pyx/cxl_alloc.h", "pyx/cxl_alloc.pxd",
-                       "pyx/cxl_layout.h",
+              depends=["pyx/cxl_kernels.h", "pyx/cxl_emulate.h", "pyx/cxl_alloc.h",
+                       "pyx/cxl_alloc.pxd", "pyx/cxl_layout.h",
                        *glob.glob("pyx/pool/*.pxi")]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"],
               extra_compile_args=COMPILE_ARGS, depends=glob.glob("pyx/shim/*.pxi")),

@@ -27,7 +27,8 @@ from .stats import reset as reset_stats
 
 __version__ = "0.1.0"
 
-_ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident")
+_ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
+           "write_back", "invalidate")
 
 
 def __getattr__(name: str):
@@ -64,5 +65,7 @@ __all__ = [
     "zeros_like",
     "asarray",
     "is_resident",
+    "write_back",
+    "invalidate",
     "__version__",
 ]

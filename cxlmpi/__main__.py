@@ -28,7 +28,7 @@ options:
   --alloc            NumPy places large arrays in the pool (CXLMPI_ALLOC=1)
   --threshold SIZE   smallest message through the pool (CXLMPI_THRESHOLD)
   --pool-size SIZE   bytes of each pool segment (CXLMPI_POOL_SIZE)
-  --coherence MODE   hw or sw (CXLMPI_COHERENCE)
+  --coherence MODE   auto, hw, sw or emulate (CXLMPI_COHERENCE)
   --timeout SECONDS  pool wait limit (CXLMPI_TIMEOUT)
   --pool SPEC        shm, numa:N, file:PATH or dax:/dev/daxX.Y (CXLMPI_POOL)
   --pool-groups G    split the ranks sharing memory into G pools (CXLMPI_POOL_GROUPS)

@@ -34,7 +34,7 @@ from ._pool import PoolNoSpace
 from .state import arena_pool
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
-           "arena_pool"]
+           "write_back", "invalidate", "arena_pool"]
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
@@ -106,6 +106,41 @@ def asarray(x: Any, dtype: Any = None, *, comm: MPI.Intracomm | None = None) -> 
     out = empty(src.shape, src.dtype, comm=comm)
     np.copyto(out, src)
     return out
+
+
+def write_back(a: Any, *, comm: MPI.Intracomm | None = None) -> None:
+    """Make what this rank wrote into its pool array `a` by hand visible to
+    peers that read it outside a collective (through a view of
+    `comm.Bcast_view` they already hold, say): under software coherence
+    (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts) the array's
+    cache lines are written back; otherwise, and for an array outside the
+    pool, nothing is needed and nothing is done.  Collectives do this for
+    their own buffers (see the README: what a collective flushes); call it
+    between the writes and whatever tells the peers to read (a Barrier)."""
+    _flush(a, comm, False)
+
+
+def invalidate(a: Any, *, comm: MPI.Intracomm | None = None) -> None:
+    """Before reading a pool array `a` (a peer's, through a view) that its
+    owner changed outside a collective and wrote back (`write_back`): under
+    software coherence this rank's cached lines of it are dropped (any it
+    wrote itself are written back first), so that the loads that follow
+    see memory; otherwise nothing is done."""
+    _flush(a, comm, True)
+
+
+def _flush(a: Any, comm: MPI.Intracomm | None, invalidate: bool) -> None:
+    from ._pool import flush
+
+    arr = np.asarray(a)
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous) or arr.nbytes == 0:
+        raise ValueError("cxlmpi.write_back/invalidate: a contiguous array, please")
+    pool = arena_pool(comm)
+    if pool is None or pool.closed or not pool.software_coherence:
+        return
+    address = arr.__array_interface__["data"][0]
+    if pool.offset_of(address, arr.nbytes) >= 0:
+        flush(address, arr.nbytes, invalidate, counted=True)
 
 
 def is_resident(a: Any, *, comm: MPI.Intracomm | None = None) -> bool:

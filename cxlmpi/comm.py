@@ -125,7 +125,9 @@ class CXLComm(_shim.CommBase):
                 flush(arr.__array_interface__["data"][0], arr.nbytes, False, counted=True)
         offset, dtype, shape, order = plain.bcast(meta, root)
         if offset == -2:
-            view = np.ascontiguousarray(array) if self.Get_rank() == root else \
+            # (a view at the root: marking it read-only leaves the caller's
+            # array writable)
+            view = np.ascontiguousarray(array).view() if self.Get_rank() == root else \
                 np.empty(shape, dtype)
             plain.Bcast(view, root)
             view.flags.writeable = False

@@ -43,11 +43,32 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r} (use 1 or 0)")
 
 
+COHERENCE_MODES = ("auto", "hw", "sw", "emulate")
+
+
 def _parse_coherence(text: str) -> str:
     s = text.strip().lower()
-    if s not in ("hw", "sw"):
-        raise ValueError(f"not a coherence mode: {text!r} (use hw or sw)")
+    if s not in COHERENCE_MODES:
+        raise ValueError(f"not a coherence mode: {text!r} (use auto, hw, sw or emulate)")
     return s
+
+
+EMULATE_FAULTS = ("none", "skip-flush", "skip-invalidate")
+
+
+def _parse_fault(text: str) -> str:
+    s = text.strip().lower()
+    if s not in EMULATE_FAULTS:
+        raise ValueError(f"not an emulator fault: {text!r} (use none, skip-flush or "
+                         f"skip-invalidate)")
+    return s
+
+
+def _parse_seed(text: str) -> int:
+    value = int(text, 0)
+    if value < 0 or value >= 1 << 64:
+        raise ValueError(f"not a seed: {text!r} (use an integer from 0 to 2**64 - 1)")
+    return value
 
 
 def _parse_backend(text: str) -> str:
@@ -177,10 +198,23 @@ VARIABLES: tuple[Variable, ...] = (
              "Seconds a pool collective waits for the other ranks before "
              "raising CXLMPITimeoutError (0: wait forever).",
              agreed=False),
-    Variable("CXLMPI_COHERENCE", _parse_coherence, "hw",
+    Variable("CXLMPI_COHERENCE", _parse_coherence, "auto",
              "hw: caches are coherent; sw: flush written lines and invalidate "
-             "before reads (CXL memory shared by hosts without coherence).",
+             "before reads (CXL memory shared by hosts without coherence); "
+             "auto: sw for a pool whose ranks MPI sees on several hosts, hw "
+             "otherwise; emulate: sw on memory made to behave like caches "
+             "without coherence (tests the protocol on one host).",
              agreed=True),
+    Variable("CXLMPI_EMULATE_SEED", _parse_seed, "0",
+             "CXLMPI_COHERENCE=emulate: the seed of the emulated caches' "
+             "random evictions of dirty lines.",
+             agreed=False),
+    Variable("CXLMPI_EMULATE_FAULT", _parse_fault, "none",
+             "CXLMPI_COHERENCE=emulate, tests only: skip-flush drops every "
+             "write-back of data lines, skip-invalidate every invalidation "
+             "(the emulator then loses data: the proof that it catches a "
+             "missing step); none.",
+             agreed=False),
     Variable("CXLMPI_OBJECTS", _parse_bool, "0",
              "Send large object (pickle) collectives through the pool.  Off "
              "by default: settling their path costs small calls a header step "
@@ -294,6 +328,8 @@ class Config:
     rsag_threshold: int
     timeout: float
     coherence: str
+    emulate_seed: int
+    emulate_fault: str
     objects: bool
     alloc: bool
     progress: bool

@@ -24,7 +24,7 @@ import os
 from mpi4py import MPI
 
 from . import backends, config
-from ._pool import Pool, check_layout, cpu_features
+from ._pool import Pool, check_layout, configure_emulation, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
@@ -80,12 +80,14 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
         raise CXLMPIConfigError(
             "CXLMPI_COHERENCE=sw needs user-space cache flushes (x86-64 clwb/"
             "clflushopt/clflush, aarch64 DC CVAC/CIVAC); this CPU has none")
-    local, spin = _pool_group(comm, spec, cfg.pool_groups)
+    if cfg.coherence == "emulate":
+        configure_emulation(cfg.emulate_seed * 1000003 + comm.Get_rank(), cfg.emulate_fault)
+    local, spin, hosts = _pool_group(comm, spec, cfg.pool_groups)
     try:
         groups = _groups(comm, local)
         if len(groups) == 1:
-            return _make_pool(comm, comm, spec, cfg, spin)
-        pool = _make_pool(comm, local, spec, cfg, spin)
+            return _make_pool(comm, comm, spec, cfg, spin, hosts)
+        pool = _make_pool(comm, local, spec, cfg, spin, hosts)
         if all(len(g) == 1 for g in groups):
             return None  # no two ranks share memory: MPI alone, no detour
         leader = local.Get_rank() == 0
@@ -96,13 +98,17 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
 
 
 def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
-                ngroups: int) -> tuple[MPI.Intracomm, bool]:
-    """Collective: the communicator of this rank's pool group, and whether
-    its waiters may busy-poll (`_spins`)."""
+                ngroups: int) -> tuple[MPI.Intracomm, bool, int]:
+    """Collective: the communicator of this rank's pool group, whether its
+    waiters may busy-poll (`_spins`), and on how many hosts (as MPI sees
+    them: COMM_TYPE_SHARED groups) its ranks run -- the same on every rank
+    of the group."""
     rank = comm.Get_rank()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, rank)
     try:
         spin = _spins(node)
+        # a node's identity: the rank of `comm` that leads it
+        node_id = node.bcast(rank, root=0)
         if spec.shared_file:
             # The first rank of each node creates a missing pool file and
             # formats an empty table; then every rank opens it.
@@ -123,9 +129,10 @@ def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
         node.Free()
     try:
         n = same.Get_size()
-        return same.Split(same.Get_rank() * ngroups // n, rank), spin
+        local = same.Split(same.Get_rank() * ngroups // n, rank)
     finally:
         same.Free()
+    return local, spin, len(set(local.allgather(node_id)))
 
 
 def _spins(node: MPI.Intracomm) -> bool:
@@ -162,20 +169,38 @@ def _groups(comm: MPI.Intracomm, local: MPI.Intracomm) -> list[list[int]]:
     return [groups[lead] for lead in sorted(groups)]
 
 
+def coherence(cfg: config.Config, hosts: int) -> str:
+    """The coherence a pool runs: CXLMPI_COHERENCE when set to hw, sw or
+    emulate; unset (auto), sw when the pool's ranks run on several hosts
+    as MPI sees them (`hosts`: memory shared across hosts is not kept
+    coherent by CXL 2.0), else hw.  Every rank of a pool decides alike:
+    `hosts` is counted from data they all hold."""
+    if cfg.coherence != "auto":
+        return cfg.coherence
+    return "sw" if hosts > 1 else "hw"
+
+
 def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
-               cfg: config.Config, spin: bool) -> Pool | None:
+               cfg: config.Config, spin: bool, hosts: int = 1) -> Pool | None:
     """Collective over `comm`: the pool of `group` (this rank's pool group,
     possibly `comm` itself; None for a group of one), created by its first
-    rank and mapped by the others.  Errors of any group are raised on every
-    rank of `comm`."""
+    rank and mapped by the others, its ranks on `hosts` hosts.  Errors of
+    any group are raised on every rank of `comm`."""
     rank, n = group.Get_rank(), group.Get_size()
+    mode = coherence(cfg, hosts)
+    emulate = mode == "emulate"
     pool = None
     error = None
     where = None
     if n == 1:
         _raise_any(comm, None)
         return None
-    if rank == 0:
+    if mode == "sw" and not cpu_features()["cache_flush"]:
+        error = (f"rank {comm.Get_rank()}: the pool's ranks run on {hosts} hosts, which "
+                 f"needs software coherence (CXLMPI_COHERENCE=sw), and this CPU has no "
+                 f"user-space cache flushes; set CXLMPI_COHERENCE=hw only if the memory "
+                 f"is coherent across them")
+    if rank == 0 and error is None:
         try:
             check_layout(n, cfg.pool_size)
             if spec.shared_file:
@@ -185,7 +210,7 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 try:
                     pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, 0, n, True,
                                               token, f"{spec}#{entry}", cfg.arena_size,
-                                              dev.wipes)
+                                              dev.wipes, emulate)
                 except BaseException:
                     dev.release(entry, token)      # not left claimed by nobody
                     raise
@@ -194,7 +219,7 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
             else:
                 pool = Pool.create(0, n, cfg.pool_size,
                                    numa_node=spec.node if spec.kind == "numa" else -1,
-                                   arena_nbytes=cfg.arena_size)
+                                   arena_nbytes=cfg.arena_size, emulate=emulate)
                 where = pool.name
         except (OSError, ValueError, CXLMPIError) as exc:
             error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
@@ -206,10 +231,11 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 dev = backends.open_device(spec)
                 pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, rank, n,
                                           False, token, f"{spec}#{entry}", cfg.arena_size,
-                                          dev.wipes)
+                                          dev.wipes, emulate)
                 pool.release = functools.partial(dev.release, entry, token)
             else:
-                pool = Pool.attach(where, rank, n, cfg.pool_size, cfg.arena_size)
+                pool = Pool.attach(where, rank, n, cfg.pool_size, cfg.arena_size,
+                                   emulate=emulate)
         except (OSError, ValueError) as exc:
             error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
     if error and not spec.shared_file:
@@ -225,6 +251,6 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
             pool.unlink()  # every rank has mapped it (or failed): drop the name
     pool.timeout_s = cfg.timeout
     pool.spin = spin
-    pool.software_coherence = cfg.coherence == "sw"
+    pool.software_coherence = mode in ("sw", "emulate")
     pool.tune(cfg.chunk_size, cfg.rsag_threshold, cfg.zerocopy_threshold)
     return pool

@@ -25,8 +25,11 @@ def stats() -> dict[str, dict[str, float]]:
     adaptive selection timed to learn which path is fastest: exploring a
     new size or re-checking a decision; see cxlmpi.select).  The entry ``"coherence"`` counts
     ``flushed_lines``: cache lines flushed or invalidated for software
-    coherence (CXLMPI_COHERENCE=sw; 0 in hw mode)."""
-    from ._pool import flushed_lines
+    coherence (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts;
+    0 in hw mode), and under CXLMPI_COHERENCE=emulate ``emulated``: the
+    emulator's ``writebacks``, ``invalidates``, ``evictions`` and
+    ``dropped`` lines (cxlmpi._pool.emulation())."""
+    from ._pool import emulation, flushed_lines
     from ._shim import stats_rows
     from .objects import figures
 
@@ -39,6 +42,9 @@ def stats() -> dict[str, dict[str, float]]:
         for name, row in sorted(rows.items())
     }
     out["coherence"] = {"flushed_lines": int(flushed_lines())}
+    emulated = emulation()
+    if emulated["writebacks"] or emulated["invalidates"] or emulated["pools"]:
+        out["coherence"]["emulated"] = {k: int(v) for k, v in emulated.items() if k != "pools"}
     return out
 
 

@@ -7,7 +7,8 @@ per rank, the arenas) is declared once, in pyx/cxl_layout.h.  The module is
 one extension made of one file per concern, each a layer on the one before::
 
     pool/layout.pxi     the layout as this rank sees it; status and kernel codes
-    pool/machine.pxi    CPU features, cache flushes, NUMA binding, host identity
+    pool/machine.pxi    CPU features, cache flushes (and their emulation), NUMA
+                        binding, host identity
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
     pool/fold.pxi       rank-order folds shared by every reduction
@@ -105,6 +106,19 @@ cdef extern from "cxl_beat.h" nogil:
     uint64_t cxl_beat_period_ns
     uint64_t cxl_beat_rounds
     int cxl_beat_expired(double since_s, double now_s, uint64_t period_ns, uint64_t beats)
+
+cdef extern from "cxl_emulate.h" nogil:
+    void cxl_emu_configure(uint64_t seed, int fault)
+    char *cxl_emu_attach(char *s, size_t nbytes, size_t load_nbytes, size_t data_offset)
+    char *cxl_emu_detach(char *p)
+    int cxl_emu_nregions
+    uint64_t cxl_emu_writebacks
+    uint64_t cxl_emu_invalidates
+    uint64_t cxl_emu_evictions
+    uint64_t cxl_emu_dropped
+    int CXL_EMU_FAULT_NONE
+    int CXL_EMU_FAULT_SKIP_FLUSH
+    int CXL_EMU_FAULT_SKIP_INVALIDATE
 
 
 include "pool/layout.pxi"

@@ -34,6 +34,8 @@
 
 #define CXL_LINE 64
 
+#include "cxl_emulate.h"
+
 /* ---------------------------------------------------------------- flags */
 
 static inline uint64_t cxl_load_acquire(const volatile uint64_t *p)
@@ -125,6 +127,9 @@ static inline int cxl_flush_available(void)
  * loading data another host wrote. */
 static inline uint64_t cxl_flush_meta(const void *addr, size_t n, int invalidate)
 {
+    if (n == 0) return 0;
+    int64_t emulated = cxl_emu_flush(addr, n, invalidate);
+    if (emulated >= 0) return (uint64_t)emulated;
 #if CXL_X86
     if (n == 0) return 0;
     const char *p = (const char *)((uintptr_t)addr & ~(uintptr_t)(CXL_LINE - 1));
@@ -132,14 +137,17 @@ static inline uint64_t cxl_flush_meta(const void *addr, size_t n, int invalidate
     uint64_t lines = (uint64_t)((end - p + CXL_LINE - 1) / CXL_LINE);
     if (cxl_flush_kind < 0)
         cxl_flush_kind = cxl_has_clwb() ? 2 : cxl_has_clflushopt() ? 1 : 0;
+    /* A full fence on either side, as Linux's clflush_cache_range: the
+     * stores before it are in the lines before they are written back
+     * (clflushopt and clwb are ordered only by fences), and the write-backs
+     * are done before the release store that publishes them, the
+     * invalidations before the loads that follow (loads may pass an
+     * sfence). */
+    _mm_mfence();
     if (cxl_flush_kind == 2 && !invalidate) cxl_clwb_range(p, end);
     else if (cxl_flush_kind >= 1) cxl_clflushopt_range(p, end);
     else for (; p < end; p += CXL_LINE) _mm_clflush(p);
-    /* Writes back: ordered before the release store that publishes them
-     * (sfence).  Invalidations: before the loads that follow (mfence; loads
-     * may pass an sfence). */
-    if (invalidate) _mm_mfence();
-    else _mm_sfence();
+    _mm_mfence();
     return lines;
 #elif defined(__aarch64__)
     if (n == 0) return 0;
@@ -149,6 +157,7 @@ static inline uint64_t cxl_flush_meta(const void *addr, size_t n, int invalidate
     const char *p = (const char *)((uintptr_t)addr & ~(uintptr_t)(line - 1));
     const char *end = (const char *)addr + n;
     uint64_t lines = (uint64_t)((end - p + line - 1) / line);
+    __asm__ __volatile__("dsb ish" ::: "memory");   /* stores before it, first */
     if (invalidate)
         for (; p < end; p += line) __asm__ __volatile__("dc civac, %0" :: "r"(p) : "memory");
     else
@@ -416,6 +425,13 @@ static inline void cxl_copy(void *dst, const void *src, size_t n)
 static inline void cxl_copy_out(void *dst, const void *src, size_t n)
 {
     if (n == 0) return;
+    if (cxl_emu_covers(dst)) {
+        /* emulated memory: streaming stores would bypass the image that
+         * stands for this process's caches */
+        memcpy(dst, src, n);
+        cxl_flush(dst, n, 0);
+        return;
+    }
 #if CXL_X86 && defined(__SSE2__)
     char *d = (char *)dst;
     const char *s = (const char *)src;

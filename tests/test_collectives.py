@@ -6,11 +6,13 @@ data; a failure on any rank fails every rank (see tests/mpi/common.py).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
-from harness import SMALL_POOL_ENV, leaked_segments, our_segments, run_mpi
+from harness import SMALL_POOL_ENV, launch_mpi, leaked_segments, our_segments, run_mpi
 
 from cxlmpi import backends
 
@@ -32,6 +34,80 @@ def test_collectives_default_pool(nranks: int) -> None:
     run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                      "tests/mpi", "-k", "not exhaustive"],
             env={"CXLMPI_TIMEOUT": "60", "CXLMPI_OBJECTS": "1"})
+
+
+EMULATE_ENV = dict(SMALL_POOL_ENV, CXLMPI_COHERENCE="emulate", CXLMPI_EXPECT_FLUSH="1")
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_collectives_emulated_coherence(nranks: int) -> None:
+    """The sw protocol on memory without coherence (pyx/cxl_emulate.h:
+    each process sees the pool through its own image, lines reach the
+    others only when written back, dirty lines are evicted at random):
+    every body -- each collective, zero-copy and resident placements,
+    Bcast_view, objects, sequences -- gives stock MPI's result, and the
+    emulator wrote lines back and reloaded them."""
+    run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/mpi"],
+            env=EMULATE_ENV)
+
+
+# The bodies of every collective family, placements and objects (not the
+# sequences: a rank that times out there leaves its peer in MPI, a hang).
+FAMILIES = ["tests/mpi/test_bcast_barrier.py", "tests/mpi/test_reductions.py",
+            "tests/mpi/test_families.py", "tests/mpi/test_resident.py",
+            "tests/mpi/test_objects.py"]
+
+
+@pytest.mark.parametrize("fault", ["none", "skip-flush", "skip-invalidate"])
+def test_emulator_catches_a_missing_flush(fault: str) -> None:
+    """The emulator is no bystander: with every write-back of data lines
+    dropped (skip-flush), or every invalidation (skip-invalidate), the
+    bodies fail against stock MPI -- many of them, in several families --
+    while the same run without a fault passes.  A short CXLMPI_TIMEOUT
+    turns a wait on data that never arrives into an error; a job that
+    hangs all the same (a rank left in MPI by a peer's error) is stopped
+    and judged by the failures it reported."""
+    env = dict(EMULATE_ENV, CXLMPI_EMULATE_FAULT=fault, CXLMPI_TIMEOUT="3")
+    job = launch_mpi(2, ["-m", "pytest", "-v", "-p", "no:cacheprovider", *FAMILIES,
+                         "-k", "not exhaustive"], env=env, timeout=150)
+    failed = set(re.findall(r"(tests/mpi/\w+\.py::\S+?)(?:PASSED|FAILED)* FAILED",
+                            job.stdout))
+    passed = set(re.findall(r"(tests/mpi/\w+\.py::\S+?)(?:PASSED|FAILED)* PASSED",
+                            job.stdout))
+    if fault == "none":
+        assert job.returncode == 0 and not failed and len(passed) > 100, job.describe()
+        return
+    assert job.returncode != 0, job.describe()
+    # (lost data can also end the job early: a rank in MPI with what a
+    # stale table said, MPICH then stopping every rank)
+    assert len(failed) >= 10, job.describe()
+    modules = {name.split("::")[0] for name in failed}
+    assert len(modules) >= 2, (modules, job.describe())
+
+
+@pytest.mark.parametrize("coherence, flushes", [(None, True), ("hw", False)])
+def test_pool_across_hosts_is_software_coherent(coherence: str | None, flushes: bool,
+                                                tmp_path: Path) -> None:
+    """A pool whose ranks MPI sees on two hosts (MPICH cliques; a file:
+    pool both map) runs software coherence unless CXLMPI_COHERENCE says
+    otherwise: left unset, lines are flushed; hw, none.  Same result as
+    stock MPI either way."""
+    if os.environ.get("CXLMPI_TEST_OPENMPI"):
+        pytest.skip("MPIR_CVAR_NUM_CLIQUES is MPICH's")
+    pool = f"/dev/shm/cxlmpi_test_hosts_{os.getpid()}"
+    env = {"MPIR_CVAR_NUM_CLIQUES": "2", "CXLMPI_POOL": f"file:{pool}",
+           "CXLMPI_TUNING": "pool", "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "0",
+           "CXLMPI_TIMEOUT": "60"}
+    if coherence:
+        env["CXLMPI_COHERENCE"] = coherence
+    try:
+        proc = run_mpi(2, ["tests/scripts/hosts_coherence.py"], env=env)
+    finally:
+        if os.path.exists(pool):
+            os.unlink(pool)
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["nodes"] == 2 and result["pool_calls"] == 3 and result["ok"], result
+    assert (result["flushed_lines"] > 0) == flushes, result
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
@@ -60,6 +136,12 @@ BACKENDS = {
     "file-on-disk": lambda tmp: {"CXLMPI_POOL": f"file:{tmp}/pool"},
     "numa-node-0": lambda tmp: {"CXLMPI_POOL": "numa:0"},
     "dax-stand-in": dax_stand_in,
+    # the pools that devices and pool files make, emulated
+    "file-on-tmpfs-emulated": lambda tmp: {
+        "CXLMPI_POOL": f"file:/dev/shm/cxlmpi_test_{os.getpid()}",
+        "CXLMPI_COHERENCE": "emulate", "CXLMPI_EXPECT_FLUSH": "1"},
+    "dax-stand-in-emulated": lambda tmp: dict(
+        dax_stand_in(tmp), CXLMPI_COHERENCE="emulate", CXLMPI_EXPECT_FLUSH="1"),
 }
 
 
@@ -78,7 +160,7 @@ def test_collectives_on_backend(backend: str, tmp_path: Path, monkeypatch) -> No
             assert dev.entries() == []
             dev.close()
     finally:
-        if backend == "file-on-tmpfs":
+        if backend.startswith("file-on-tmpfs"):
             os.unlink(env["CXLMPI_POOL"][len("file:"):])
 
 
@@ -87,6 +169,7 @@ def test_collectives_on_backend(backend: str, tmp_path: Path, monkeypatch) -> No
     (2, 3, {}),
     (3, 3, {}),
     (2, 4, {"CXLMPI_COHERENCE": "sw", "CXLMPI_EXPECT_FLUSH": "1"}),
+    (2, 4, {"CXLMPI_COHERENCE": "emulate", "CXLMPI_EXPECT_FLUSH": "1"}),
 ])
 def test_collectives_over_pool_groups(groups: int, nranks: int, extra: dict) -> None:
     """CXLMPI_POOL_GROUPS splits the node as if into hosts: collectives run

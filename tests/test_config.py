@@ -30,6 +30,8 @@ OTHER_VALUES = {
     "CXLMPI_RSAG_THRESHOLD": "128K",
     "CXLMPI_TIMEOUT": "30",
     "CXLMPI_COHERENCE": "sw",
+    "CXLMPI_EMULATE_SEED": "7",
+    "CXLMPI_EMULATE_FAULT": "skip-flush",
     "CXLMPI_OBJECTS": "1",
     "CXLMPI_ALLOC": "1",
     "CXLMPI_PROGRESS": "0",
@@ -39,10 +41,12 @@ OTHER_VALUES = {
 
 # Settings that never change which path a call takes nor the pool's layout
 # (CXLMPI_CACHE: only rank 0 reads the cache, and hands it to the others).
-# Nor do the pool's permissions and the heartbeat: a rank that cannot open the
-# pool file fails the set-up on every rank, and each process beats its own.
+# Nor do the pool's permissions, the heartbeat and the emulator's seed and
+# faults: a rank that cannot open the pool file fails the set-up on every
+# rank, and each process beats (and emulates its caches) on its own.
 LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE",
-         "CXLMPI_POOL_GROUP", "CXLMPI_HEARTBEAT", "CXLMPI_LEASE_BEATS"}
+         "CXLMPI_POOL_GROUP", "CXLMPI_HEARTBEAT", "CXLMPI_LEASE_BEATS",
+         "CXLMPI_EMULATE_SEED", "CXLMPI_EMULATE_FAULT"}
 
 
 def test_agreed_is_a_required_field() -> None:

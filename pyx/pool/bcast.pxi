@@ -43,6 +43,7 @@ cdef int alg_bcast_push(state_t *st, char *buf, size_t nbytes, int root,
             if q != root:
                 dst = st.base + recvs[q] - 1
                 if dst != buf:
+                    will_write_into(st, dst, nbytes)
                     cxl_copy(dst, buf, nbytes)
                     wrote(st, dst, nbytes)
     rc = step_all(st)
@@ -78,6 +79,8 @@ cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk
     cdef bint push = False
     cdef int q, rc
     if zc:
+        # the root's buffer may be read in place, a receiver's written into
+        will_lend(st, buf if mine or theirs else NULL, nbytes)
         rc = publish_offsets(st, mine, theirs, sends, recvs)
         if rc != OK:
             return rc

@@ -56,10 +56,10 @@ cdef int alg_exchange_push(state_t *st, const char **send_addr, const size_t *se
             continue
         table = <const uint64_t *>half_ptr(st, d, st.step)
         n = min_size(send_nbytes[d], table[2 * p + me])
+        n = min_size(n, arena_room(st, table[p + me], mapped))
         if n == 0:
             continue
         at = table[p + me] - 1
-        n = min_size(n, mapped - at)
         dst = st.base + at
         cxl_copy(dst, send_addr[d], n)
         wrote(st, dst, n)
@@ -86,9 +86,9 @@ cdef int alg_exchange_pull(state_t *st, const char **send_addr, const size_t *se
             src = send_addr[me]
             n = min_size(send_nbytes[me], recv_nbytes[me])
         else:
-            at = (<const uint64_t *>half_ptr(st, q, st.step))[me] - 1
-            src = st.base + at
-            n = min_size(recv_nbytes[q], mapped - at)
+            at = (<const uint64_t *>half_ptr(st, q, st.step))[me]
+            n = min_size(recv_nbytes[q], arena_room(st, at, mapped))
+            src = st.base + at - 1
         if n and <const char *>recv_addr[q] != src:
             will_read(st, src, n)
             cxl_copy(recv_addr[q], src, n)
@@ -121,10 +121,10 @@ cdef int alg_reduce_scatter_pull(state_t *st, cxl_reduce_fn fn, char *recvbuf,
     cdef uint64_t at
     cdef int q
     for q in range(st.size):
-        at = (<const uint64_t *>half_ptr(st, q, st.step))[st.rank] - 1
-        if at + count * itemsize > mapped:
-            at = 0  # a piece shorter than this rank's count: erroneous, stay inside
-        src[q] = st.base + at
+        at = (<const uint64_t *>half_ptr(st, q, st.step))[st.rank]
+        if arena_room(st, at, mapped) < count * itemsize:
+            at = 1  # a piece shorter than this rank's count: erroneous, stay inside
+        src[q] = st.base + at - 1
     dst[0] = recvbuf
     if count:
         alg_reduce_direct(st, fn, src, dst, 1, 0, count, itemsize)

@@ -89,6 +89,8 @@ cdef int alg_reduce_direct(state_t *st, cxl_reduce_fn fn, const char **src,
     if st.sw:
         for q in range(st.size):
             cxl_flush(src[q] + lo * itemsize, (hi - lo) * itemsize, 1)
+        for d in range(ndst):
+            will_write_into(st, dst[d] + lo * itemsize, (hi - lo) * itemsize)
     while at < hi:
         n = min_size(hi - at, block)
         fold_block(fn, tmp, src, st.size, at, n, itemsize)

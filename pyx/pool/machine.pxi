@@ -120,3 +120,27 @@ def flushed_lines():
     coherence (CXLMPI_COHERENCE=sw); the metadata flushes of every mode
     (set-up, detach, partition table) are not counted."""
     return cxl_flushed_lines
+
+
+EMULATE_FAULTS = {"none": CXL_EMU_FAULT_NONE, "skip-flush": CXL_EMU_FAULT_SKIP_FLUSH,
+                  "skip-invalidate": CXL_EMU_FAULT_SKIP_INVALIDATE}
+
+
+def configure_emulation(uint64_t seed, str fault="none"):
+    """How this process emulates memory without coherence
+    (CXLMPI_COHERENCE=emulate, cxl_emulate.h): `seed` chooses the random
+    evictions; `fault` ("none", "skip-flush", "skip-invalidate") drops
+    every write-back or every invalidation of data lines (the tests'
+    proof that the emulator catches a missing step)."""
+    cxl_emu_configure(seed, EMULATE_FAULTS[fault])
+
+
+def emulation():
+    """This process's emulated coherence so far: ``pools`` (mappings
+    emulated now), ``writebacks`` (dirty lines flushes wrote back),
+    ``invalidates`` (lines reloaded from memory), ``evictions`` (dirty
+    lines written back at random), ``dropped`` (lines a fault hook
+    skipped)."""
+    return {"pools": cxl_emu_nregions, "writebacks": cxl_emu_writebacks,
+            "invalidates": cxl_emu_invalidates, "evictions": cxl_emu_evictions,
+            "dropped": cxl_emu_dropped}

@@ -118,6 +118,7 @@ cdef class Pool:
     cdef readonly size_t file_offset  # where the mapping starts in it
     cdef int64_t pid             # the process that mapped the pool
     cdef readonly bint wipes     # a partition: memory handed out is zeroed first
+    cdef readonly bint emulated  # seen through cxl_emulate.h (CXLMPI_COHERENCE=emulate)
 
     def __cinit__(self):
         self.st.base = NULL
@@ -129,6 +130,7 @@ cdef class Pool:
         self.fd = -1
         self.file_offset = 0
         self.pid = this_pid
+        self.emulated = False
         memset(&self.arena, 0, sizeof(cxl_arena))
         self.st.srcs = NULL
 
@@ -143,6 +145,7 @@ cdef class Pool:
         detached at exit (arrays may still be used), keep the mapping until
         they exit and touch nothing shared."""
         cdef cxl_ctrl *line
+        cdef char *shared
         cdef bint mine = self.pid == this_pid
         if self.st.base != NULL:
             if mine and not self.detached and self.st.size > 0:
@@ -151,7 +154,8 @@ cdef class Pool:
                 line.attached = 0
                 cxl_flush_meta(line, CTRL_NBYTES, 0)
             if mine and not self.detached:
-                munmap(self.st.base, self.nbytes)
+                shared = cxl_emu_detach(self.st.base) if self.emulated else NULL
+                munmap(self.st.base if shared == NULL else shared, self.nbytes)
             self.st.base = NULL
         if self.fd >= 0:
             close(self.fd)
@@ -181,12 +185,13 @@ cdef class Pool:
 
     @staticmethod
     def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
-               int numa_node=-1, size_t arena_nbytes=0):
+               int numa_node=-1, size_t arena_nbytes=0, bint emulate=False):
         """Create, size and map a new POSIX shared-memory segment under an
         unguessable name (O_EXCL, mode 0600); returns the Pool of the
         creating rank.  With `numa_node` >= 0 the segment's pages are bound
         to that NUMA node (the policy is stored with the shared object, so
-        every rank's page faults follow it)."""
+        every rank's page faults follow it).  `emulate`: this process sees
+        the segment through caches without coherence (cxl_emulate.h)."""
         check_layout(nranks, pool_nbytes)
         cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
         name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
@@ -206,6 +211,8 @@ cdef class Pool:
             if numa_node >= 0:
                 bind_node(pool.st.base, total, numa_node)  # before any page exists
             pool._reserve_segment(pool_nbytes)
+            if emulate:
+                pool._emulate(nranks, pool_nbytes)
         except BaseException:
             pool._unmap()
             raise
@@ -215,8 +222,9 @@ cdef class Pool:
 
     @staticmethod
     def attach(str name, int rank, int nranks, size_t pool_nbytes,
-               size_t arena_nbytes=0):
-        """Map an existing segment created by `create` on another rank."""
+               size_t arena_nbytes=0, bint emulate=False):
+        """Map an existing segment created by `create` on another rank
+        (`emulate`: as in `create`)."""
         cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
         cdef bytes bname = name.encode()
         cdef int fd = shm_open(bname, O_RDWR, 0)
@@ -234,6 +242,8 @@ cdef class Pool:
             if <size_t>sb.st_size != total:
                 raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {total}")
             pool._map(fd, 0, total)
+            if emulate:
+                pool._emulate(nranks, pool_nbytes)
         except BaseException:
             pool._unmap()
             raise
@@ -244,15 +254,16 @@ cdef class Pool:
     @staticmethod
     def map_partition(int fd, size_t offset, size_t nbytes, int rank, int nranks,
                       bint create, uint64_t token, str name, size_t arena_nbytes=0,
-                      bint wipe=True):
+                      bint wipe=True, bint emulate=False):
         """Map `nbytes` of an open file or device at `offset` (a partition
         claimed through the device's partition table, see
         cxlmpi.backends).  The creating rank formats the partition, wiping
         whatever an earlier job left in its control lines; the others check
         that it carries this job's `token`.  `wipe`: memory an earlier job
         may have left data in (a device whose freed partitions are not
-        hole-punched, Device.wipes): the data halves are zeroed now, each
-        pool-resident block when first reserved."""
+        hole-punched, Device.wipes): the data halves are zeroed now (in the
+        shared memory itself), each pool-resident block when first
+        reserved.  `emulate`: as in `create`."""
         check_layout(nranks, nbytes)
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
@@ -264,6 +275,13 @@ cdef class Pool:
             pool._reserve_segment(nbytes)
             if wipe:
                 pool._wipe_slots(nranks, nbytes)
+        if emulate:
+            try:
+                pool._emulate(nranks, nbytes)
+            except BaseException:
+                pool._unmap()
+                raise
+        if create:
             pool._format(nranks, token, nbytes, arena_nbytes)
         else:
             pool._verify(nranks, token, nbytes, arena_nbytes)
@@ -278,6 +296,19 @@ cdef class Pool:
                                    f"{strerror(errno).decode()}")
         self.st.base = <char *>addr
         self.nbytes = nbytes
+
+    cdef _emulate(self, int nranks, size_t pool_nbytes):
+        """From now on this process sees the mapping through a private image
+        (cxl_emulate.h): the pool proper (header, control lines, halves) is
+        loaded from memory now; lines reach the other processes only when
+        written back, by a flush or an eviction."""
+        slot_offset = Pool.layout(nranks, pool_nbytes)[0]
+        cdef char *image = cxl_emu_attach(self.st.base, self.nbytes,
+                                          min(pool_nbytes, self.nbytes), slot_offset)
+        if image == NULL:
+            raise PoolError(errno, f"emulating {self.name}: {strerror(errno).decode()}")
+        self.st.base = image
+        self.emulated = True
 
     cdef _reserve_segment(self, size_t nbytes):
         """Back the header, control lines and slots (the first `nbytes`)
@@ -547,6 +578,10 @@ cdef class Pool:
     def seqs(self):
         """Every rank's published step, read from the control lines."""
         self._check()
+        if self.st.sw:
+            for q in range(self.st.size):
+                if q != self.st.rank:
+                    cxl_flush_meta(ctrl(&self.st, q), 8, 1)
         return [cxl_load_acquire(&ctrl(&self.st, q).seq) for q in range(self.st.size)]
 
     def missing_ranks(self):

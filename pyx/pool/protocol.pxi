@@ -216,6 +216,51 @@ cdef bint peer_gone(state_t *st, cxl_ctrl *line, uint64_t *seen,
     return cxl_beat_expired(since[0], now, period, lease_beats)
 
 
+cdef inline void will_lend(state_t *st, const void *addr, size_t n) noexcept nogil:
+    """A pool buffer of this rank that peers will read in place, or write
+    into, at the next step (software coherence: written back first).  Its
+    contents may come from anywhere -- NumPy code, MPI, an earlier call --
+    so no kernel flushed them; and a receive buffer's own dirty lines,
+    written back later, would land over what a peer pushed into it."""
+    if st.sw and addr != NULL and n:
+        cxl_flush(addr, n, 0)
+
+
+cdef inline void will_write_into(state_t *st, char *dst, size_t n) noexcept nogil:
+    """Before this rank writes [dst, dst + n) of a peer's pool buffer
+    (software coherence): the partial lines at either end also hold bytes
+    of the owner's, which it wrote back before lending the buffer; load
+    them now, or their write-back would put back what this rank's cache
+    held of them."""
+    cdef uintptr_t head = <uintptr_t>dst & (LINE_NBYTES - 1)
+    cdef uintptr_t tail = (<uintptr_t>dst + n) & (LINE_NBYTES - 1)
+    if not st.sw or n == 0:
+        return
+    if head:
+        cxl_flush(dst, 1, 1)
+    if tail and (head == 0 or (<uintptr_t>dst + n - 1) // LINE_NBYTES
+                 != <uintptr_t>dst // LINE_NBYTES):
+        cxl_flush(dst + n - 1, 1, 1)
+
+
+cdef inline size_t arena_room(state_t *st, uint64_t at1, size_t mapped) noexcept nogil:
+    """Bytes from a peer's offset + 1 `at1` to the end of the mapping when
+    it lies in the arenas, else 0: a table a peer never wrote back (a
+    protocol error, or the emulator's fault hooks) must not send this rank
+    outside the pool."""
+    if at1 == 0 or at1 - 1 < st.arena_offset or at1 - 1 >= mapped:
+        return 0
+    return mapped - (at1 - 1)
+
+
+cdef inline bint line_aligned(uint64_t at1, size_t nbytes) noexcept nogil:
+    """Whether the block at offset + 1 `at1` of `nbytes` (0 bytes: any)
+    starts and ends on cache-line boundaries: blocks that several ranks
+    write into one buffer must share no line (software coherence writes
+    back whole lines)."""
+    return nbytes == 0 or ((at1 - 1) % LINE_NBYTES == 0 and nbytes % LINE_NBYTES == 0)
+
+
 cdef int wait_all(state_t *st) noexcept nogil:
     """Wait until every rank has published the current step, keeping MPI
     progressing meanwhile: spin briefly (or yield to the awaited peer when
@@ -437,7 +482,8 @@ cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
                          uint64_t *sends, uint64_t *recvs) noexcept nogil:
     """Header step: every rank's (send offset + 1, recv offset + 1).  It is
     the call's first step, so every rank's message size is checked to be
-    the same (check_signatures) before anyone writes into a peer's buffer."""
+    the same (check_signatures) before anyone writes into a peer's buffer.
+    (The caller writes back the pool buffers it lends: will_lend.)"""
     cdef int q, rc
     value_ptr(st, st.rank, st.step + 1)[0] = send1
     value2_ptr(st, st.rank, st.step + 1)[0] = recv1
@@ -490,6 +536,11 @@ cdef int publish_block_offsets(state_t *st, const char **send_addr,
         if inplace:
             mine[d] = 0
             mine[p + d] = 0
+        # lent to the peers from the next step on: written back first
+        if mine[d] > 1:
+            will_lend(st, send_addr[d], send_nbytes[d])
+        if mine[p + d] > 1:
+            will_lend(st, recv_addr[d], recv_nbytes[d])
     wrote(st, mine, 3 * p * 8)
     rc = step_all(st)
     if rc != OK:
@@ -504,4 +555,6 @@ cdef int publish_block_offsets(state_t *st, const char **send_addr,
                 pull[0] = False
             if theirs[p + d] == 0:
                 push[0] = False
+            elif st.sw and not line_aligned(theirs[p + d], theirs[2 * p + d]):
+                push[0] = False   # several writers into one line: not in sw mode
     return OK

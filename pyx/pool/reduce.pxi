@@ -112,8 +112,8 @@ cdef int alg_reduce_pull(state_t *st, const uint64_t *sends, const uint64_t *rec
     for q in range(p):
         src[q] = st.base + sends[q] - 1
     if all_recv:
-        lo = count * st.rank // p
-        hi = count * (st.rank + 1) // p
+        lo = slice_bound(st, count, st.rank, itemsize)
+        hi = slice_bound(st, count, st.rank + 1, itemsize)
         for q in range(p):
             if root < 0 or q == root:
                 dst[ndst] = st.base + recvs[q] - 1
@@ -126,6 +126,19 @@ cdef int alg_reduce_pull(state_t *st, const uint64_t *sends, const uint64_t *rec
     if rc == OK and st.sw and (root < 0 or root == st.rank):
         cxl_flush(recvbuf, count * itemsize, 1)
     return rc
+
+
+cdef inline size_t slice_bound(state_t *st, size_t count, int r,
+                               size_t itemsize) noexcept nogil:
+    """Where rank r's 1/p slice of `count` elements starts (r = p: the
+    end).  In sw mode on a line boundary (whole lines of elements), so that
+    no two ranks write one line of a receive buffer that starts on one."""
+    cdef size_t at = count * r // st.size
+    cdef size_t per_line
+    if st.sw and r < st.size:
+        per_line = LINE_NBYTES // itemsize
+        at -= at % per_line
+    return at
 
 
 cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t count,
@@ -144,6 +157,10 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
     cdef int q, rc
     cdef size_t nbytes = count * itemsize
     if zc:
+        # a send buffer may be read in place, a receive buffer written into
+        will_lend(st, sendbuf if send1 else NULL, nbytes)
+        if recv1 != send1:
+            will_lend(st, recvbuf if recv1 else NULL, nbytes)
         rc = publish_offsets(st, send1, recv1, sends, recvs)
         if rc != OK:
             return rc
@@ -151,6 +168,14 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
         if zc:
             all_recv = all_fit(recvs, st.size, nbytes, mapped) \
                 if root < 0 else all_fit(recvs + root, 1, nbytes, mapped)
+            if st.sw and itemsize <= LINE_NBYTES and LINE_NBYTES % itemsize == 0:
+                # every rank writes its slice into every receive buffer:
+                # slices then start on lines of each (slice_bound)
+                for q in range(st.size):
+                    if (root < 0 or q == root) and (recvs[q] - 1) % LINE_NBYTES:
+                        all_recv = False
+            elif st.sw:
+                all_recv = False
             for q in range(st.size):  # no rank folds over its own input
                 if not all_recv and recvs[q] == sends[q]:
                     zc = False

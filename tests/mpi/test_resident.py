@@ -186,6 +186,32 @@ def test_bcast_view(comm):
     agree(ok, "Bcast_view")
 
 
+def test_write_back_and_invalidate_outside_collectives(comm):
+    """The contract for data written by hand: the owner of a pool array
+    that peers hold views of changes it, writes it back
+    (cxlmpi.write_back) and tells them (an MPI Barrier: no pool step); they
+    invalidate (cxlmpi.invalidate) and read the change -- also where the
+    memory keeps no coherence (sw, emulate)."""
+    n = counts()[-1]
+    src = cxlmpi.empty(n, np.int64, comm=comm)
+    if RANK == 0:
+        src[:] = 1
+    view = comm.Bcast_view(src if RANK == 0 else None, 0)
+    multi = not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool) or \
+        CFG.pool_groups > 1
+    ok = np.all(view == 1)
+    comm.Barrier()
+    if RANK == 0:
+        src[:] = np.arange(n)
+        cxlmpi.write_back(src, comm=comm)
+    PLAIN.Barrier()
+    cxlmpi.invalidate(view, comm=comm)
+    if SIZE > 1 and not multi:   # (across pool groups a view is a copy)
+        ok = ok and np.array_equal(view, np.arange(n))
+    comm.Barrier()   # every view read before src goes
+    agree(ok, "a view after write_back and invalidate")
+
+
 def test_bcast_view_needs_a_pool_array(comm):
     err = None
     try:
