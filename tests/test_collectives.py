@@ -71,7 +71,7 @@ def test_emulator_catches_a_missing_flush(fault: str) -> None:
     # failures come in the first seconds, a dozen or more before any hang)
     faulty = fault != "none"
     env = dict(EMULATE_ENV, CXLMPI_EMULATE_FAULT=fault, CXLMPI_TIMEOUT="1" if faulty else "3")
-    job = launch_mpi(2, ["-m", "pytest", "-v", "-p", "no:cacheprovider", *FAMILIES,
+    job = launch_mpi(2, ["-m", "pytest", "-v", "--color=no", "-p", "no:cacheprovider", *FAMILIES,
                          "-k", "not exhaustive"], env=env, timeout=60 if faulty else 150)
     failed = set(re.findall(r"(tests/mpi/\w+\.py::\S+?)(?:PASSED|FAILED)* FAILED",
                             job.stdout))
