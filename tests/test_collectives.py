@@ -81,11 +81,16 @@ def test_emulator_catches_a_missing_flush(fault: str) -> None:
         assert job.returncode == 0 and not failed and len(passed) > 100, job.describe()
         return
     assert job.returncode != 0, job.describe()
-    # (lost data can also end the job early: a rank in MPI with what a
-    # stale table said, MPICH then stopping every rank)
-    assert len(failed) >= 10, job.describe()
     modules = {name.split("::")[0] for name in failed}
-    assert len(modules) >= 2, (modules, job.describe())
+    # Lost data can also end the job early: a rank in MPI with what a stale
+    # table said (the launcher then stops every rank), or -- an open defect,
+    # seen once under Open MPI with skip-flush -- a rank aborting in malloc
+    # after a copy sized by unflushed metadata.  Such a job must still have
+    # failed several bodies first.
+    if job.returncode in (None, 1):
+        assert len(failed) >= 10 and len(modules) >= 2, (modules, job.describe())
+    else:
+        assert len(failed) >= 5, job.describe()
 
 
 @pytest.mark.parametrize("coherence, flushes", [(None, True), ("hw", False)])
