@@ -299,7 +299,6 @@ class Device:
         self._lock_depth = 0               # nesting of locked() in the holding thread
         self.claims: dict[int, int] = {}   # entry -> token, claimed here
         self.fischer_retries = 0           # late writes that backed off
-        self._used: list[tuple[int, int]] = []
         self.pid = os.getpid()             # a forked child releases nothing
 
     # Table words, always written back / re-read from memory.
@@ -601,7 +600,7 @@ class Device:
                 if not self._has_table():
                     raise CXLMPIPoolError(f"{self.spec}: no partition table "
                                           f"(check_header first)")
-                found = self._place(length, watch)
+                found, used = self._place(length, watch)
                 if found is not None:
                     entry, offset = found
                     token = secrets.randbits(63) | 1
@@ -621,7 +620,6 @@ class Device:
                     self._store(word, [CLAIMED])
                     self.claims[entry] = token
                     return entry, token, offset, length
-                used = self._used
             if attempt == 0 and watch.longest_lease_s:
                 watch.wait()      # (not holding the lock)
         in_use = sum(b - a for a, b in used)
@@ -632,9 +630,11 @@ class Device:
             f"CXLMPI_POOL_SIZE, free communicators, or `python -m cxlmpi "
             f"--pool {self.spec} --pool-status` to see who holds it")
 
-    def _place(self, length: int, watch: Watch) -> tuple[int, int] | None:
+    def _place(self, length: int, watch: Watch
+               ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
         """(free entry, offset) for a partition of `length` (under the
-        lock), freeing entries whose jobs are shown gone; None: no room."""
+        lock), freeing entries whose jobs are shown gone -- None: no room --
+        and the byte ranges in use."""
         used = []
         free_entry = None
         for i in range(NENTRIES):
@@ -646,11 +646,10 @@ class Device:
                 free_entry = i if free_entry is None else free_entry
             else:
                 used.append((w[E_OFFSET], w[E_OFFSET] + w[E_NBYTES]))
-        self._used = used
         offset = self._first_fit(sorted(used), length)
         if offset is None or free_entry is None:
-            return None
-        return free_entry, offset
+            return None, used
+        return (free_entry, offset), used
 
     def _first_fit(self, used: list[tuple[int, int]], length: int) -> int | None:
         at = self.table_nbytes

@@ -159,7 +159,6 @@ static void cxl_beat_set_period(uint64_t ns)
 static inline int cxl_beat_expired(double since_s, double now_s, uint64_t period_ns,
                                    uint64_t beats)
 {
-    if (period_ns == 0) period_ns = cxl_beat_period_ns;
     return now_s - since_s > (double)period_ns * 1e-9 * (double)beats;
 }
 
