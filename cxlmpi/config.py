@@ -173,6 +173,12 @@ VARIABLES: tuple[Variable, ...] = (
              "Smallest message (bytes) that goes through the pool; smaller "
              "ones pass through to MPI.",
              agreed=True),
+    Variable("CXLMPI_HOSTS_THRESHOLD", parse_size, "0",
+             "Smallest message (bytes) that goes through a pool whose ranks "
+             "run on several hosts (a file: or dax: pool on CXL memory they "
+             "share), where MPI would go through the network: the small "
+             "ones too by default (adaptive selection still times MPI).",
+             agreed=True),
     Variable("CXLMPI_TUNING", str, "adaptive",
              "Which path each call takes: adaptive (each communicator times "
              "stock MPI and the pool's variants on its first calls of each "
@@ -322,6 +328,7 @@ class Config:
     arena_size: int
     zerocopy_threshold: int
     threshold: int
+    hosts_threshold: int
     tuning: str
     cache: str
     chunk_size: int
@@ -348,18 +355,22 @@ class Config:
         if self.chunk_size < 64:
             raise CXLMPIConfigError("CXLMPI_CHUNK_SIZE must be at least 64 bytes")
 
-    def windows(self) -> dict[str, tuple[int, int | None] | None]:
+    def windows(self, hosts: bool = False) -> dict[str, tuple[int, int | None] | None]:
         """Per collective, the sizes in bytes (all blocks together) that go
         through the pool: (lo, hi) for lo <= nbytes < hi (hi None: no upper
-        bound), or None: never (MPI is faster there)."""
-        table = self.tuning_table()
+        bound), or None: never (MPI is faster there).  `hosts`: for a pool
+        whose ranks run on several hosts -- CXLMPI_HOSTS_THRESHOLD is the
+        floor, and the builtin table (measured against MPI over shared
+        memory) does not apply."""
+        table = {} if hosts and self.tuning == "builtin" else self.tuning_table()
+        floor = self.hosts_threshold if hosts else self.threshold
         out: dict[str, tuple[int, int | None] | None] = {}
         for name in COLLECTIVES:
             window = table.get(name, [None, None])
             if window is None:
                 out[name] = None
                 continue
-            low = self.threshold if window[0] is None else max(window[0], self.threshold)
+            low = floor if window[0] is None else max(window[0], floor)
             out[name] = (low, window[1])
         return out
 

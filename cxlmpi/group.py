@@ -252,5 +252,6 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
     pool.timeout_s = cfg.timeout
     pool.spin = spin
     pool.software_coherence = mode in ("sw", "emulate")
+    pool.hosts = hosts
     pool.tune(cfg.chunk_size, cfg.rsag_threshold, cfg.zerocopy_threshold)
     return pool

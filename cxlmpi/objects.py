@@ -18,7 +18,8 @@ records that in the stream).
 The path is settled in a header step of the control lines (`Pool.agree`):
 every rank publishes 1 + the bytes of its largest pickle (stream plus
 out-of-band buffers; 1 when it sends nothing: "no opinion"), and all ranks
-take the pool path when the largest is at least CXLMPI_THRESHOLD bytes, else
+take the pool path when the largest is at least CXLMPI_THRESHOLD bytes (on a
+pool spanning hosts CXLMPI_HOSTS_THRESHOLD), else
 all call the stock mpi4py method on the same arguments -- which then behaves
 exactly as stock.  On the pool path a second small step tells every rank the
 frame sizes (8 bytes per frame), so that all know the largest, then the
@@ -202,10 +203,13 @@ def _root(comm: MPI.Intracomm, root: Any) -> int | None:
 def _settle(comm: MPI.Intracomm, pool: Pool, local: int) -> bool:
     """Header step: publish `local` (1 + the bytes of this rank's largest
     pickle, 1: no opinion, 0: decline); whether every rank takes the pool
-    path (the largest pickle of any rank is at least CXLMPI_THRESHOLD) --
+    path (the largest pickle of any rank is at least CXLMPI_THRESHOLD, or
+    CXLMPI_HOSTS_THRESHOLD when the pool spans hosts) --
     otherwise every rank passes through to stock mpi4py."""
     agreed = run_pool(comm, pool, "agree", local)
-    return agreed != 0 and agreed - 1 >= config.get().threshold
+    cfg = config.get()
+    return agreed != 0 and agreed - 1 >= (cfg.hosts_threshold if pool.hosts > 1
+                                          else cfg.threshold)
 
 
 def _items(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:

@@ -32,7 +32,7 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only", "probe", "routes", "machine")
+    __slots__ = ("pool", "error", "only", "probe", "routes", "machine", "hosts")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None) -> None:
@@ -44,8 +44,11 @@ class _State:
         # `selector` learns; the machine fingerprint its cache entry is for
         self.routes: _shim.Routes | None = None
         self.machine: dict[str, Any] | None = None
+        # the hosts its (group's) pool spans: which windows apply (_shim.lo1)
+        self.hosts: int = getattr(pool, "hosts", 1)
         if isinstance(pool, Hierarchy):
             self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
+            self.hosts = pool.pool.hosts if pool.pool is not None else 1
 
     def close(self) -> None:
         remember(self)

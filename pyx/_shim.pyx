@@ -45,7 +45,7 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
-from libc.string cimport memset
+from libc.string cimport memcmp, memset
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
 cdef extern from *:
@@ -98,6 +98,7 @@ cdef object _stock_exscan = MPI.Intracomm.Exscan
 
 # The order of cxlmpi.config.COLLECTIVES, which the constants below index.
 from . import config as _config
+from . import spec as _spec
 from .config import COLLECTIVES
 
 DEF NCOLL = 16
@@ -190,9 +191,22 @@ def stats_reset():
 # --------------------------------------------------------------- settings
 
 # Per collective, the message sizes (bytes, all blocks together) that go
-# through the pool: lo <= nbytes < hi (cxlmpi.config.windows()).
-cdef Py_ssize_t lo[NCOLL]
-cdef Py_ssize_t hi[NCOLL]
+# through the pool: lo <= nbytes < hi (cxlmpi.config.windows()).  Two
+# tables: for a pool on one host (lo1/hi1; small messages pass through:
+# MPI reaches those peers through shared memory) and for a pool whose
+# ranks run on several hosts (lo2/hi2; MPI would cross the network).
+# `lo`/`hi` point at the table of the communicator of the call (`sized`):
+# lo1/hi1 unless `hosts_apart` (a file: or dax: pool, which may span
+# hosts, and the tables differ), where a communicator without a pool yet
+# reads lo2/hi2 (the lower: its first call sets the pool up) and one with
+# a pool its own; `take` then checks against the table of the pool found.
+cdef Py_ssize_t lo1[NCOLL]
+cdef Py_ssize_t hi1[NCOLL]
+cdef Py_ssize_t lo2[NCOLL]
+cdef Py_ssize_t hi2[NCOLL]
+cdef Py_ssize_t *lo = lo1
+cdef Py_ssize_t *hi = hi1
+cdef bint hosts_apart = False
 # CXLMPI_TUNING=adaptive: lo/hi are [CXLMPI_THRESHOLD, -) and each
 # communicator's Routes choose; where it has none (pools spanning groups),
 # the builtin windows (blo/bhi) decide.
@@ -219,8 +233,13 @@ cdef void set_windows(Py_ssize_t *los, Py_ssize_t *his, dict windows):
 
 def configure(cfg):
     """Take the settings the hot path needs (called by cxlmpi.config)."""
-    global disabled, configured, time_all, adaptive
-    set_windows(lo, hi, cfg.windows())
+    global disabled, configured, time_all, adaptive, hosts_apart, lo, hi, _sized_comm
+    set_windows(lo1, hi1, cfg.windows())
+    set_windows(lo2, hi2, cfg.windows(hosts=True))
+    hosts_apart = _spec.parse_spec(cfg.pool).shared_file and (
+        memcmp(lo1, lo2, sizeof(lo1)) != 0 or memcmp(hi1, hi2, sizeof(hi1)) != 0)
+    lo, hi = lo1, hi1
+    _sized_comm = None
     adaptive = cfg.adaptive
     set_windows(blo, bhi, _config.Config(dict(
         CXLMPI_TUNING="builtin", CXLMPI_THRESHOLD=str(cfg.threshold))).windows())
@@ -229,11 +248,14 @@ def configure(cfg):
     configured = True
 
 
-cdef inline int ensure_configured() except -1:
-    # The settings are read on the first intercepted call, not at import,
-    # so that a malformed variable is reported where it matters, once.
+cdef inline int enter(object comm) except -1:
+    """At the start of every intercepted call: the settings are read on the
+    first one, not at import, so that a malformed variable is reported
+    where it matters, once; the windows are those of `comm`'s pool."""
     if not configured:
         _config.get()
+    if hosts_apart:
+        sized(comm)
     return 0
 
 
@@ -560,6 +582,8 @@ cdef inline int sized(object comm) except -1:
         _sized_rank = comm.Get_rank()
         _sized_size = comm.Get_size()
         _sized_state = _states.get(comm.handle)
+        if hosts_apart:
+            set_table(_sized_state)
         _marked_pool = _sized_state.pool if _sized_state is not None else None
         _marked_fn = NULL
         marker = getattr(_marked_pool, "pass_marker", None)
@@ -569,6 +593,15 @@ cdef inline int sized(object comm) except -1:
             _marked_state = <void *><uintptr_t>st
         _sized_comm = comm
     return 0
+
+
+cdef inline void set_table(object state):
+    """`lo`/`hi`: the windows of `state`'s pool (see lo1)."""
+    global lo, hi
+    if state is None or state.hosts > 1:
+        lo, hi = lo2, hi2
+    else:
+        lo, hi = lo1, hi1
 
 
 cdef inline object comm_state(object comm):
@@ -619,6 +652,7 @@ cdef object state_of(object comm, int which):
     if state is None:
         _sized_comm = None
         state = _state_for(comm)
+        sized(comm)   # (the windows of the pool just set up: see `take`)
     if state.error is not None:
         raise state.error
     if state.pool is None or (state.only is not None and not state.only[which]):
@@ -764,6 +798,8 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     at once and the others follow it there."""
     global learning
     learning = False
+    if hosts_apart and which != BARRIER and not within(which, nbytes):
+        return FOLLOW   # outside the windows of the pool this call set up
     cdef Routes r = state.routes
     if r is None:   # pinned (or a pool spanning groups under adaptive)
         return 1 if not adaptive or which == BARRIER or \

@@ -118,6 +118,37 @@ def test_pool_across_hosts_is_software_coherent(coherence: str | None, flushes: 
     assert (result["flushed_lines"] > 0) == flushes, result
 
 
+@pytest.mark.parametrize("hosts, threshold, pooled", [
+    (2, None, True),     # a pool across hosts: small messages take it too
+    (1, None, False),    # one host: they pass through (MPI's shared memory)
+    (2, "4K", False),    # CXLMPI_HOSTS_THRESHOLD says otherwise
+])
+def test_small_messages_across_hosts(hosts: int, threshold: str | None, pooled: bool,
+                                     tmp_path: Path) -> None:
+    """8-byte collectives (and a small object allreduce) on a communicator
+    derived from COMM_WORLD take a file: pool whose ranks MPI sees on two
+    hosts, and pass through on one host -- every call pinned to the pool
+    where its window allows it (CXLMPI_TUNING=pool), same results as stock
+    MPI either way."""
+    if os.environ.get("CXLMPI_TEST_OPENMPI"):
+        pytest.skip("MPIR_CVAR_NUM_CLIQUES is MPICH's")
+    pool = f"/dev/shm/cxlmpi_test_small_{os.getpid()}"
+    env = {"MPIR_CVAR_NUM_CLIQUES": str(hosts), "CXLMPI_POOL": f"file:{pool}",
+           "CXLMPI_TUNING": "pool", "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "0",
+           "CXLMPI_OBJECTS": "1", "CXLMPI_TIMEOUT": "60"}
+    if threshold:
+        env["CXLMPI_HOSTS_THRESHOLD"] = threshold
+    try:
+        proc = run_mpi(2, ["tests/scripts/hosts_small.py"], env=env)
+    finally:
+        if os.path.exists(pool):
+            os.unlink(pool)
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["nodes"] == hosts and result["ok"], result
+    want = 3 if pooled else 0
+    assert result["pool"] == dict.fromkeys(result["pool"], want), result
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_software_coherence(nranks: int) -> None:
     """sw coherence flushes and invalidates: same results, flush counter > 0."""

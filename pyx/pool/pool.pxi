@@ -110,6 +110,7 @@ cdef class Pool:
     cdef readonly size_t zerocopy_min_nbytes
     cdef public int rsag_min_ranks
     cdef public object release   # called once after close (frees a partition)
+    cdef public int hosts        # hosts its ranks run on, as MPI sees them
     cdef cxl_arena arena         # this rank's arena (cxl_alloc.h: no Python inside)
     cdef size_t live             # PoolBuffers alive (they keep the mapping)
     cdef bint closing
@@ -123,6 +124,7 @@ cdef class Pool:
     def __cinit__(self):
         self.st.base = NULL
         self.nbytes = 0
+        self.hosts = 1
         self.unlinked = True
         self.live = 0
         self.closing = False

@@ -7,7 +7,7 @@
 
 def Barrier(self):
     """Barrier synchronization (in the pool once the pool exists)."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     state = comm_state(self)
     cdef int code = 0, zc = 0
@@ -29,7 +29,7 @@ def Barrier(self):
 
 def Bcast(self, buf, int root=0):
     """Broadcast data from one process to all other processes."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message msg = None
     cdef int code = 0, zc = 0

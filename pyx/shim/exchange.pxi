@@ -9,7 +9,7 @@
 
 def Scatter(self, sendbuf, recvbuf, int root=0):
     """Scatter data from one process to all other processes."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
@@ -67,7 +67,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
 def Scatterv(self, sendbuf, recvbuf, int root=0):
     """Scatter Vector: the ranks agree on the path and length in a
     header step, as for Gatherv."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
@@ -106,7 +106,7 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
 
 def Alltoall(self, sendbuf, recvbuf):
     """All to All Scatter/Gather: every rank sends block d to rank d."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     if disabled or skip(self, ALLTOALL, recvbuf):
         to_mpi(self)
@@ -158,7 +158,7 @@ def Alltoallv(self, sendbuf, recvbuf):
     the ranks agree on the path and length in a header step, as for
     Gatherv.  IN_PLACE passes through (on every rank: it is required
     to match)."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), code, zc = 0
@@ -203,7 +203,7 @@ def Alltoallv(self, sendbuf, recvbuf):
 
 def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     """Reduce-Scatter Block (every rank gets one equal block)."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     if disabled or skip(self, REDUCE_SCATTER_BLOCK,
                         recvbuf if sendbuf is _IN_PLACE else sendbuf):
@@ -260,7 +260,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
     """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
     Without recvcounts, stock mpi4py first gathers them through MPI; such
     calls pass through."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0

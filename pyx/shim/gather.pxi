@@ -8,7 +8,7 @@
 
 def Allgather(self, sendbuf, recvbuf):
     """Gather to All."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     if disabled or skip(self, ALLGATHER, recvbuf):
         to_mpi(self)
@@ -54,7 +54,7 @@ def Allgather(self, sendbuf, recvbuf):
 
 def Allgatherv(self, sendbuf, recvbuf):
     """Gather to All Vector (the receive counts are known on every rank)."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
@@ -100,7 +100,7 @@ def Allgatherv(self, sendbuf, recvbuf):
 
 def Gather(self, sendbuf, recvbuf, int root=0):
     """Gather together values from a group of processes."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
@@ -156,7 +156,7 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
     agree in a header step of the control lines: each publishes its
     largest block (or that it cannot take the pool path) and all decide
     from the maximum alike."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0

@@ -7,7 +7,7 @@
 
 def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     """Reduce to root."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int code = 0, zc = 0
@@ -41,7 +41,7 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
 
 def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
     """Reduce to all."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int code = 0, zc = 0
@@ -83,7 +83,7 @@ def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
 
 def _scan(object self, int which, object sendbuf, object recvbuf, object op):
     """Scan and Exscan."""
-    ensure_configured()
+    enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int code = 0, zc = 0
