@@ -84,14 +84,14 @@ cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk
         rc = publish_offsets(st, mine, theirs, sends, recvs)
         if rc != OK:
             return rc
-        if all_fit(sends + root, 1, nbytes, mapped):
+        if all_fit(st, sends + root, 1, nbytes, mapped):
             st.took_zc = 1
             return alg_bcast_pull(st, buf, nbytes, root, sends[root])
         # every receiver's buffer in the pool: the root writes straight
         # into them (one copy each instead of two)
         push = True
         for q in range(st.size):
-            if q != root and not all_fit(recvs + q, 1, nbytes, mapped):
+            if q != root and not all_fit(st, recvs + q, 1, nbytes, mapped):
                 push = False
         if push:
             st.took_zc = 1

@@ -498,11 +498,15 @@ cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
     return OK
 
 
-cdef bint all_fit(const uint64_t *v, int n, size_t nbytes, size_t mapped) noexcept nogil:
-    """Every value is an offset + 1 with `nbytes` after it inside the pool."""
+cdef bint all_fit(state_t *st, const uint64_t *v, int n, size_t nbytes,
+                  size_t mapped) noexcept nogil:
+    """Every value is an offset + 1 with `nbytes` after it inside the
+    arenas (arena_room: a stale table must not send a copy into the
+    control lines or the halves; the arenas start at the same offset on
+    every rank, so all decide alike)."""
     cdef int q
     for q in range(n):
-        if v[q] == 0 or v[q] - 1 + nbytes > mapped:
+        if arena_room(st, v[q], mapped) < nbytes:
             return False
     return True
 

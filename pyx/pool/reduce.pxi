@@ -164,10 +164,10 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
         rc = publish_offsets(st, send1, recv1, sends, recvs)
         if rc != OK:
             return rc
-        zc = all_fit(sends, st.size, nbytes, mapped)
+        zc = all_fit(st, sends, st.size, nbytes, mapped)
         if zc:
-            all_recv = all_fit(recvs, st.size, nbytes, mapped) \
-                if root < 0 else all_fit(recvs + root, 1, nbytes, mapped)
+            all_recv = all_fit(st, recvs, st.size, nbytes, mapped) \
+                if root < 0 else all_fit(st, recvs + root, 1, nbytes, mapped)
             if st.sw and itemsize <= LINE_NBYTES and LINE_NBYTES % itemsize == 0:
                 # every rank writes its slice into every receive buffer:
                 # slices then start on lines of each (slice_bound)
@@ -187,7 +187,7 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
         # read in place (never one whose result overwrites its input).
         for q in range(st.size):
             res[q] = NULL
-            if all_fit(sends + q, 1, nbytes, mapped) and sends[q] != recvs[q]:
+            if all_fit(st, sends + q, 1, nbytes, mapped) and sends[q] != recvs[q]:
                 res[q] = st.base + sends[q] - 1
                 any_res = True
     st.res = res if any_res else NULL
