@@ -19,6 +19,13 @@ It offers the Pool methods the dispatcher calls for the collectives in
                bcast of everything (Gather: leader to root); each receiver
                puts the blocks where they belong
 
+Bcast, Allreduce and Reduce are pipelined: the message is cut into
+segments (`segments`: at most 8, none under CXLMPI_CHUNK_SIZE), and the
+leaders' nonblocking MPI call on one segment runs while the pool moves the
+next (the pool's waits keep MPI progressing), so the network and the pool
+work at once instead of in turn.  Every rank cuts alike: from the message
+size and the settings, which all hold.
+
 A reduction combines each group's contributions first, then the groups': for
 floating point the result can differ in the last bits from a flat reduction,
 as it does between MPI libraries (MPI leaves the order open).  Every rank
@@ -28,10 +35,11 @@ still receives the same bits.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Callable
 
 from mpi4py import MPI
 
+from . import config
 from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
 
 __all__ = ["Hierarchy", "COLLECTIVES"]
@@ -47,6 +55,21 @@ _MPI_TYPES = {
 }
 MPI_TYPE = {code: _MPI_TYPES[name] for name, code in TYPE_CODES.items()}
 MPI_OP = {code: getattr(MPI, name) for name, code in OP_CODES.items()}
+
+
+#: the most segments a pipelined collective is cut into
+MAX_SEGMENTS = 8
+
+
+def segments(count: int, itemsize: int, chunk: int) -> list[tuple[int, int]]:
+    """(first element, elements) of each segment of a pipelined collective
+    of `count` elements: at most MAX_SEGMENTS, each of at least `chunk`
+    bytes (whole elements, 4 KiB multiples) -- the same on every rank."""
+    nbytes = count * itemsize
+    seg = max(chunk, -(-nbytes // MAX_SEGMENTS))
+    seg = -(-seg // 4096) * 4096
+    per = max(seg // itemsize, 1)
+    return [(i, min(per, count - i)) for i in range(0, count, per)]
 
 
 def _buffer(address: int, count: int, itemsize: int, tcode: int) -> list:
@@ -118,48 +141,109 @@ class Hierarchy:
             self.leaders.Barrier()
         self._local("barrier")
 
+    @staticmethod
+    def _pipeline(segs: list[tuple[int, int]],
+                  start: Callable[[int, int], MPI.Request | None],
+                  finish: Callable[[int, int], None]) -> None:
+        """Run `start(first, n)` on each segment in turn (a pool phase, then
+        the leaders' nonblocking MPI call: its request, or None), and
+        `finish(first, n)` on each once its request completed -- segment
+        k's after segment k + 1's start, so that the MPI call of one runs
+        while the pool moves the next.  Every rank runs the same pool
+        phases in the same order."""
+        pending: list[tuple[int, int, MPI.Request | None]] = []
+        try:
+            for first, n in segs:
+                pending.append((first, n, start(first, n)))
+                if len(pending) == 2:
+                    _finish(pending[0], finish)
+                    del pending[0]
+            if pending:
+                _finish(pending[0], finish)
+                del pending[0]
+        finally:
+            # an error: never leave MPI writing into the caller's buffer
+            MPI.Request.Waitall([req for _, _, req in pending if req is not None])
+
     def bcast(self, address: int, nbytes: int, root: int) -> None:
         g_root, l_root = self.where[root]
+        leaders = self.leaders
+        segs = segments(nbytes, 1, config.get().chunk_size)
+        byte = TYPE_CODES["byte"]
         if self.group == g_root:
-            self._local("bcast", address, nbytes, l_root)
-        if self.leaders is not None and nbytes:
-            self.leaders.Bcast(_buffer(address, nbytes, 1, TYPE_CODES["byte"]), g_root)
-        if self.group != g_root:
-            self._local("bcast", address, nbytes, 0)
+            reqs: list[MPI.Request] = []
+            try:
+                for first, n in segs:
+                    self._local("bcast", address + first, n, l_root)
+                    if leaders is not None:
+                        reqs.append(leaders.Ibcast(_buffer(address + first, n, 1, byte),
+                                                   g_root))
+            finally:
+                MPI.Request.Waitall(reqs)
+            return
+        # every segment's MPI call posted at once (in order on every leader),
+        # each passed on in the group once it arrived
+        reqs = [leaders.Ibcast(_buffer(address + first, n, 1, byte), g_root)
+                for first, n in segs] if leaders is not None else []
+        try:
+            for k, (first, n) in enumerate(segs):
+                if reqs:
+                    reqs[k].Wait()
+                self._local("bcast", address + first, n, 0)
+        finally:
+            MPI.Request.Waitall(reqs)
 
     def reduce(self, sendaddr: int, recvaddr: int, count: int, itemsize: int,
                op: int, tcode: int, root: int) -> None:
-        nbytes = count * itemsize
-        leader = self.leaders is not None
+        leaders = self.leaders
+        segs = segments(count, itemsize, config.get().chunk_size)
         if root < 0:                                  # Allreduce
-            self._reduce_local(sendaddr, recvaddr, count, itemsize, op, tcode)
-            if leader and count:
-                self.leaders.Allreduce(MPI.IN_PLACE,
-                                       _buffer(recvaddr, count, itemsize, tcode), MPI_OP[op])
-            self._local("bcast", recvaddr, nbytes, 0)
+            def start(first: int, n: int) -> MPI.Request | None:
+                at = first * itemsize
+                self._reduce_local(sendaddr + at, recvaddr + at, n, itemsize, op, tcode)
+                if leaders is None:
+                    return None
+                return leaders.Iallreduce(MPI.IN_PLACE,
+                                          _buffer(recvaddr + at, n, itemsize, tcode),
+                                          MPI_OP[op])
+
+            def spread(first: int, n: int) -> None:
+                self._local("bcast", recvaddr + first * itemsize, n * itemsize, 0)
+
+            self._pipeline(segs, start, spread)
             return
         g_root, l_root = self.where[root]
+        nbytes = count * itemsize
         scratch = None
         dst = 0
-        if leader:
+        if leaders is not None:
             if self.rank == root:
                 dst = recvaddr
             else:
                 scratch = ctypes.create_string_buffer(max(nbytes, 1))
                 dst = ctypes.addressof(scratch)
-        self._reduce_local(sendaddr, dst, count, itemsize, op, tcode)
-        if leader and count:
-            msg = _buffer(dst, count, itemsize, tcode)
+        n_group = len(self.groups[self.group])
+
+        def reduce_start(first: int, n: int) -> MPI.Request | None:
+            at = first * itemsize
+            self._reduce_local(sendaddr + at, dst + at if dst else 0, n, itemsize, op, tcode)
+            if leaders is None:
+                return None
+            msg = _buffer(dst + at, n, itemsize, tcode)
             if self.group == g_root:
-                self.leaders.Reduce(MPI.IN_PLACE, msg, MPI_OP[op], g_root)
-            else:
-                self.leaders.Reduce(msg, None, MPI_OP[op], g_root)
-        if self.group == g_root and l_root != 0:      # leader -> root
-            n = len(self.groups[self.group])
-            sizes = [nbytes if q == 0 else 0 for q in range(n)]
-            self._local("gather", dst if leader else 0, nbytes if leader else 0,
-                        [recvaddr if self.rank == root else 0] * n, sizes, l_root,
-                        nbytes, "Reduce")
+                return leaders.Ireduce(MPI.IN_PLACE, msg, MPI_OP[op], g_root)
+            return leaders.Ireduce(msg, None, MPI_OP[op], g_root)
+
+        def to_root(first: int, n: int) -> None:
+            if self.group != g_root or l_root == 0:
+                return
+            at, size = first * itemsize, n * itemsize    # leader -> root
+            self._local("gather", dst + at if dst else 0, size if dst else 0,
+                        [recvaddr + at if self.rank == root else 0] * n_group,
+                        [size if q == 0 else 0 for q in range(n_group)], l_root,
+                        size, "Reduce")
+
+        self._pipeline(segs, reduce_start, to_root)
 
     def _reduce_local(self, sendaddr: int, dst: int, count: int, itemsize: int,
                       op: int, tcode: int) -> None:
@@ -239,3 +323,11 @@ class Hierarchy:
                     if recv_nbytes[r] and recv_addrs[r] != whole + at:
                         ctypes.memmove(recv_addrs[r], whole + at, min(recv_nbytes[r], slot))
                     at += slot
+
+
+def _finish(pending: tuple[int, int, MPI.Request | None],
+            finish: Callable[[int, int], None]) -> None:
+    first, n, req = pending
+    if req is not None:
+        req.Wait()
+    finish(first, n)
