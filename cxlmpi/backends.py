@@ -109,6 +109,10 @@ L_WORDS = 14
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 
 
+#: The words of the error a claim raises when the device has no room left
+#: (cxlmpi.state then leaves the communicator with MPI, with one warning).
+NO_ROOM = "no room for a"
+
 def sysfs_root() -> Path:
     """/sys, or the fixture tree named by CXLMPI_SYSFS (tests: it also lets
     a regular file stand in for a devdax device)."""
@@ -624,7 +628,7 @@ class Device:
                 watch.wait()      # (not holding the lock)
         in_use = sum(b - a for a, b in used)
         raise CXLMPIPoolError(
-            f"{self.spec}: no room for a {length >> 20} MiB partition "
+            f"{self.spec}: {NO_ROOM} {length >> 20} MiB partition "
             f"({len(used)} partitions, {in_use >> 20} MiB of "
             f"{(self.capacity - self.table_nbytes) >> 20} MiB in use); lower "
             f"CXLMPI_POOL_SIZE, free communicators, or `python -m cxlmpi "

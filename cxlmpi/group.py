@@ -92,7 +92,11 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
             return None  # no two ranks share memory: MPI alone, no detour
         leader = local.Get_rank() == 0
         leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
-        return Hierarchy(comm.Get_rank(), groups, pool, leaders if leader else None)
+        hierarchy = Hierarchy(comm.Get_rank(), groups, pool, leaders if leader else None)
+        # one figure for the whole communicator (a group of one knows of
+        # no host but its own): which windows its calls read (_shim.lo1)
+        hierarchy.hosts = comm.allreduce(hosts, op=MPI.MAX)
+        return hierarchy
     finally:
         local.Free()
 

@@ -88,6 +88,7 @@ class Hierarchy:
         self.group, _ = self.where[rank]
         self.rank = rank
         self.pool = pool              # None in a group of one rank
+        self.hosts = 1                # hosts of the largest group (cxlmpi.group)
         self.leaders = leaders        # MPI among group leaders; None elsewhere
 
     # --------------------------------------------------- Pool's interface

@@ -6,12 +6,14 @@ algorithm's failure into the exception the user sees."""
 from __future__ import annotations
 
 import atexit
+import sys
 from typing import Any
 
 from mpi4py import MPI
 
 from . import _shim, config, progress, select
 from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
+from .backends import NO_ROOM
 from .errors import (
     CXLMPIError,
     CXLMPIMismatchError,
@@ -44,11 +46,11 @@ class _State:
         # `selector` learns; the machine fingerprint its cache entry is for
         self.routes: _shim.Routes | None = None
         self.machine: dict[str, Any] | None = None
-        # the hosts its (group's) pool spans: which windows apply (_shim.lo1)
+        # the hosts its pool spans, the same on every rank: which windows
+        # apply (_shim.lo1)
         self.hosts: int = getattr(pool, "hosts", 1)
         if isinstance(pool, Hierarchy):
             self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
-            self.hosts = pool.pool.hosts if pool.pool is not None else 1
 
     def close(self) -> None:
         remember(self)
@@ -97,20 +99,33 @@ def _close_at_exit() -> None:
             pool.detach()
 
 
+_warned_no_room = False
+
+
 def _state_for(comm: MPI.Intracomm) -> _State:
     """Collective: set up the pool state of `comm` on its first pool call.
     The set-up talks through a plain Intracomm on the same handle: its
     lower-case (object) collectives must not come back here.  A pool that
     /dev/shm (or the pool file) cannot hold leaves the communicator with MPI
-    alone, with one warning (every rank sees the same error: all agree)."""
+    alone, with one warning, and so does a pool device or file without room
+    for another partition (every rank sees the same error: all agree)."""
+    global _warned_no_room
     plain = MPI.Intracomm(comm)
     try:
         pool = create_pool(plain)
     except CXLMPIPoolError as exc:
-        if NO_SPACE not in str(exc):
+        if NO_SPACE in str(exc):
+            warn_no_space("a communicator's pool (its collectives go to MPI)",
+                          config.get().pool_size)
+        elif NO_ROOM in str(exc):
+            if not _warned_no_room:
+                _warned_no_room = True
+                sys.stderr.write(f"cxlmpi: warning: {exc}. This communicator's "
+                                 f"collectives go to MPI (as will those of any other "
+                                 f"that finds no room); this warning is not repeated.\n")
+                sys.stderr.flush()
+        else:
             raise
-        warn_no_space("a communicator's pool (its collectives go to MPI)",
-                      config.get().pool_size)
         pool = None
     cfg = config.get()
     state = _State(pool, progress.attach(pool, plain) if cfg.progress else None)

@@ -799,7 +799,7 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     global learning
     learning = False
     if hosts_apart and which != BARRIER and not within(which, nbytes):
-        return FOLLOW   # outside the windows of the pool this call set up
+        return 0   # outside the windows of the pool this call set up
     cdef Routes r = state.routes
     if r is None:   # pinned (or a pool spanning groups under adaptive)
         return 1 if not adaptive or which == BARRIER or \

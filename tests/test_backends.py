@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import grp
+import json
 import multiprocessing
 import os
 import signal
@@ -663,3 +664,17 @@ def test_heartbeat_stops_when_the_memory_changes_hands() -> None:
         assert words[0] == frozen
     finally:
         _pool.beat_remove(counter)
+
+
+def test_communicators_without_room_go_to_mpi(tmp_path: Path) -> None:
+    """A pool file with room for a few partitions: the communicators that
+    find none left run their collectives with MPI, with one warning per
+    process, and every result is stock MPI's."""
+    pool = make_file(tmp_path / "pool", 4 * MIB)
+    proc = run_mpi(2, ["tests/scripts/no_room.py"],
+                   env={"CXLMPI_POOL": f"file:{pool}", "CXLMPI_POOL_SIZE": "1M",
+                        "CXLMPI_ARENA_SIZE": "0", "CXLMPI_TUNING": "pool"})
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["ok"] and result["pool"] >= 1 and result["passed"] >= 1, result
+    assert result["pool"] + result["passed"] == 6, result
+    assert proc.stderr.count("no room for a") == 2, proc.stderr

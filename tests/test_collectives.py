@@ -118,13 +118,24 @@ def test_pool_across_hosts_is_software_coherent(coherence: str | None, flushes: 
     assert (result["flushed_lines"] > 0) == flushes, result
 
 
-@pytest.mark.parametrize("hosts, threshold, pooled", [
-    (2, None, True),     # a pool across hosts: small messages take it too
-    (1, None, False),    # one host: they pass through (MPI's shared memory)
-    (2, "4K", False),    # CXLMPI_HOSTS_THRESHOLD says otherwise
+ALL_SMALL = {"allreduce", "reduce", "bcast", "allgather", "alltoall", "allreduce(obj)"}
+
+
+@pytest.mark.parametrize("nranks, hosts, groups, threshold, pooled", [
+    # a pool across hosts: small messages take it too
+    (2, 2, 1, None, ALL_SMALL),
+    # one host: they pass through (MPI's shared memory)
+    (2, 1, 1, None, set()),
+    # CXLMPI_HOSTS_THRESHOLD says otherwise
+    (2, 2, 1, "4K", set()),
+    # pool groups {0, 1} (across hosts: MPICH deals ranks to cliques in
+    # turn) and {2} (one rank, one host): every rank reads the windows of
+    # the whole communicator, or ranks 0-1 run the hierarchy and rank 2
+    # stock MPI -- a deadlock; the hierarchy runs what it runs
+    (3, 2, 2, None, {"allreduce", "reduce", "bcast", "allgather"}),
 ])
-def test_small_messages_across_hosts(hosts: int, threshold: str | None, pooled: bool,
-                                     tmp_path: Path) -> None:
+def test_small_messages_across_hosts(nranks: int, hosts: int, groups: int,
+                                     threshold: str | None, pooled: set[str]) -> None:
     """8-byte collectives (and a small object allreduce) on a communicator
     derived from COMM_WORLD take a file: pool whose ranks MPI sees on two
     hosts, and pass through on one host -- every call pinned to the pool
@@ -135,18 +146,17 @@ def test_small_messages_across_hosts(hosts: int, threshold: str | None, pooled: 
     pool = f"/dev/shm/cxlmpi_test_small_{os.getpid()}"
     env = {"MPIR_CVAR_NUM_CLIQUES": str(hosts), "CXLMPI_POOL": f"file:{pool}",
            "CXLMPI_TUNING": "pool", "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "0",
-           "CXLMPI_OBJECTS": "1", "CXLMPI_TIMEOUT": "60"}
+           "CXLMPI_OBJECTS": "1", "CXLMPI_TIMEOUT": "60", "CXLMPI_POOL_GROUPS": str(groups)}
     if threshold:
         env["CXLMPI_HOSTS_THRESHOLD"] = threshold
     try:
-        proc = run_mpi(2, ["tests/scripts/hosts_small.py"], env=env)
+        proc = run_mpi(nranks, ["tests/scripts/hosts_small.py"], env=env, timeout=120)
     finally:
         if os.path.exists(pool):
             os.unlink(pool)
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert result["nodes"] == hosts and result["ok"], result
-    want = 3 if pooled else 0
-    assert result["pool"] == dict.fromkeys(result["pool"], want), result
+    assert result["pool"] == {name: 3 if name in pooled else 0 for name in ALL_SMALL}, result
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

@@ -404,7 +404,7 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
     # rounds then time what a program gets after them (re-checks included).
     fn, args = calls[1]
     learns = config.get().adaptive and op.stat_key in config.COLLECTIVES and \
-        total >= config.get().threshold
+        total >= min(config.get().threshold, config.get().hosts_threshold)
     settle = max(100, min(SETTLE_CALLS, SETTLE_BYTES // max(total, 1)))
     for i in range(settle if learns else 0):
         # (asked every 16 calls: the Python between calls is part of what

@@ -506,7 +506,7 @@ cdef bint all_fit(state_t *st, const uint64_t *v, int n, size_t nbytes,
     every rank, so all decide alike)."""
     cdef int q
     for q in range(n):
-        if arena_room(st, v[q], mapped) < nbytes:
+        if v[q] == 0 or arena_room(st, v[q], mapped) < nbytes:
             return False
     return True
 
