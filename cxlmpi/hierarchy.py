@@ -35,6 +35,7 @@ still receives the same bits.
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Any, Callable
 
 from mpi4py import MPI
@@ -162,9 +163,9 @@ class Hierarchy:
             if pending:
                 _finish(pending[0], finish)
                 del pending[0]
-        finally:
-            # an error: never leave MPI writing into the caller's buffer
-            MPI.Request.Waitall([req for _, _, req in pending if req is not None])
+        except BaseException:
+            _drain([req for _, _, req in pending])
+            raise
 
     def bcast(self, address: int, nbytes: int, root: int) -> None:
         g_root, l_root = self.where[root]
@@ -179,8 +180,10 @@ class Hierarchy:
                     if leaders is not None:
                         reqs.append(leaders.Ibcast(_buffer(address + first, n, 1, byte),
                                                    g_root))
-            finally:
-                MPI.Request.Waitall(reqs)
+            except BaseException:
+                _drain(reqs)
+                raise
+            MPI.Request.Waitall(reqs)
             return
         # every segment's MPI call posted at once (in order on every leader),
         # each passed on in the group once it arrived
@@ -191,8 +194,9 @@ class Hierarchy:
                 if reqs:
                     reqs[k].Wait()
                 self._local("bcast", address + first, n, 0)
-        finally:
-            MPI.Request.Waitall(reqs)
+        except BaseException:
+            _drain(reqs)
+            raise
 
     def reduce(self, sendaddr: int, recvaddr: int, count: int, itemsize: int,
                op: int, tcode: int, root: int) -> None:
@@ -332,3 +336,18 @@ def _finish(pending: tuple[int, int, MPI.Request | None],
     if req is not None:
         req.Wait()
     finish(first, n)
+
+
+def _drain(reqs: list[MPI.Request | None]) -> None:
+    """After a failure in a pipelined collective: let the leaders' requests
+    still in flight complete, so that MPI writes into no buffer the caller
+    got back -- for at most CXLMPI_TIMEOUT, since their partners may have
+    failed too and never post theirs (those requests are then left
+    behind: the communicator's pool is broken and the call raises)."""
+    live = [req for req in reqs if req is not None]
+    timeout = config.get().timeout
+    deadline = time.monotonic() + (timeout if timeout > 0 else 60.0)
+    while live and not MPI.Request.Testall(live):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(1e-3)
