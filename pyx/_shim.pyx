@@ -46,6 +46,7 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
 from libc.string cimport memcmp, memset
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
 cdef extern from *:
@@ -172,6 +173,33 @@ cdef inline void pooled(int which, double nbytes, double t0) noexcept:
     stat_pool[which] += 1
     stat_bytes[which] += nbytes
     stat_seconds[which] += now() - t0
+    if nbytes > malloc_seen:
+        malloc_like_mpi(nbytes)
+
+
+# The largest message a pool call has moved in this process (see below).
+cdef double malloc_seen = 0
+
+
+cdef void malloc_like_mpi(double nbytes) noexcept:
+    """Allocate and free a block of `nbytes`, as stock MPI does for its
+    temporary buffers (a reduction's, a pipeline's), so that the C library
+    adapts to the program's large blocks as it would under stock MPI.
+    glibc's malloc serves blocks of its mmap threshold (128 KiB at first)
+    and more with fresh mmaps, paid in page faults at first touch; freeing
+    such a block raises the threshold to its size (up to 32 MiB).  Under
+    stock MPI a program's first large collective does that, and from then
+    on NumPy's large temporaries come from the heap, reused; the pool path
+    allocates nothing, and a training loop kept mapping its temporaries
+    afresh: 124,000 more page faults in 150 steps, that rank's gradient 30 %
+    slower.  Once per new largest size: one malloc and free, untouched (no
+    page is faulted in); elsewhere than glibc, a no-op in effect."""
+    global malloc_seen
+    malloc_seen = nbytes
+    if nbytes > 32 << 20:
+        return
+    cdef void *block = PyMem_RawMalloc(<size_t>nbytes)
+    PyMem_RawFree(block)
 
 
 def stats_rows():

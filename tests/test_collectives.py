@@ -228,3 +228,19 @@ def test_collectives_over_pool_groups(groups: int, nranks: int, extra: dict) -> 
     env = dict(SMALL_POOL_ENV, CXLMPI_POOL_GROUPS=str(groups), **extra)
     run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/mpi"],
             env=env)
+
+
+def test_pool_path_leaves_malloc_as_stock_mpi_does() -> None:
+    """After a large Allreduce, a loop of 1 MiB temporaries faults in about
+    as many pages under cxlmpi as under stock MPI: stock MPI's temporary
+    buffer raises glibc's mmap threshold, and the pool path, which needs
+    none, does the same (without that: 32x the faults, every iteration
+    mapping its temporaries afresh)."""
+    faults = {}
+    for mode in ("stock", "cxlmpi"):
+        proc = run_mpi(2, ["tests/scripts/malloc_faults.py", mode],
+                       env={"CXLMPI_TUNING": "pool"})
+        result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+        assert result["ok"], result
+        faults[mode] = max(result["faults"])
+    assert faults["cxlmpi"] <= 2 * faults["stock"] + 1000, faults
