@@ -11,6 +11,7 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
+from ._version import __version__
 from .comm import CXLComm, wrap
 from .entry import is_patched, patch, unpatch
 from .errors import (
@@ -24,8 +25,6 @@ from .errors import (
 )
 from .stats import install_stats_hook, stats
 from .stats import reset as reset_stats
-
-__version__ = "0.1.0"
 
 _ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
            "write_back", "invalidate")
