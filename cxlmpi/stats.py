@@ -21,11 +21,13 @@ def stats() -> dict[str, dict[str, float]]:
     through the pool; for objects, the frames of all ranks together),
     ``seconds`` (time in pool calls; with CXLMPI_STATS=1 in passed-through
     calls too -- timing those costs two clock reads per small call, so it is
-    left off otherwise) and ``learning_calls`` (calls, of either path, that
+    left off otherwise), ``learning_calls`` (calls, of either path, that
     adaptive selection timed to learn which path is fastest: exploring a
-    new size or re-checking a decision; see cxlmpi.select).  The entry ``"coherence"`` counts
-    ``flushed_lines``: cache lines flushed or invalidated for software
-    coherence (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts;
+    new size or re-checking a decision; see cxlmpi.select) and
+    ``zerocopy_calls`` (pool calls that read or wrote the ranks' own
+    buffers in place: pool-resident arrays, no copy through the halves).
+    The entry ``"coherence"`` counts ``flushed_lines``: cache lines flushed
+    or invalidated for software coherence (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts;
     0 in hw mode), and under CXLMPI_COHERENCE=emulate ``emulated``: the
     emulator's ``writebacks``, ``invalidates``, ``evictions`` and
     ``dropped`` lines (cxlmpi._pool.emulation())."""
@@ -38,7 +40,8 @@ def stats() -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {
         name: {"pool_calls": row[0], "passthrough_calls": row[1],
                "nbytes": row[2], "seconds": row[3],
-               "learning_calls": row[4] if len(row) > 4 else 0}
+               "learning_calls": row[4] if len(row) > 4 else 0,
+               "zerocopy_calls": row[5] if len(row) > 5 else 0}
         for name, row in sorted(rows.items())
     }
     out["coherence"] = {"flushed_lines": int(flushed_lines())}

@@ -124,6 +124,7 @@ cdef double stat_pass[NCOLL]
 cdef double stat_bytes[NCOLL]
 cdef double stat_seconds[NCOLL]
 cdef double stat_learn[NCOLL]   # calls that timed a path (adaptive selection)
+cdef double stat_zc[NCOLL]      # pool calls that used the ranks' buffers in place
 
 
 cdef inline double now() noexcept nogil:
@@ -204,9 +205,11 @@ cdef void malloc_like_mpi(double nbytes) noexcept:
 
 def stats_rows():
     """{name: (pool_calls, passthrough_calls, nbytes, seconds, learning
-    calls)} of every intercepted collective, called or not."""
+    calls, zero-copy calls)} of every intercepted collective, called or
+    not."""
     return {COLLECTIVES[i]: (int(stat_pool[i]), int(stat_pass[i]),
-                             int(stat_bytes[i]), stat_seconds[i], int(stat_learn[i]))
+                             int(stat_bytes[i]), stat_seconds[i], int(stat_learn[i]),
+                             int(stat_zc[i]))
             for i in range(NCOLL)}
 
 
@@ -214,6 +217,7 @@ def stats_reset():
     """Zero every counter."""
     for i in range(NCOLL):
         stat_pool[i] = stat_pass[i] = stat_bytes[i] = stat_seconds[i] = stat_learn[i] = 0
+        stat_zc[i] = 0
 
 
 # --------------------------------------------------------------- settings

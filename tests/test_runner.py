@@ -507,7 +507,8 @@ def test_malformed_variable_clear_error(case: str) -> None:
 def test_stats(how: str) -> None:
     """--stats / CXLMPI_STATS=1: every rank prints one table at exit with a
     row per collective, whose pool and pass-through counts match the calls
-    made; cxlmpi.stats() has the same figures under lower-case names."""
+    made; cxlmpi.stats() has the same figures under lower-case names, and
+    counts the calls that used pool-resident arrays in place."""
     if how == "option":
         proc = run_mpi(NRANKS, ["-m", "cxlmpi", "--stats", STATS_CALLS], env=ALL_POOL)
     else:
@@ -515,19 +516,19 @@ def test_stats(how: str) -> None:
                        env={"CXLMPI_STATS": "1", **ALL_POOL})
     figures = tagged_json(proc.stdout, "STATS")
     expect = tagged_json(proc.stdout, "EXPECT")
-    for name, (pool, passthrough, nbytes) in expect.items():
+    for name, (pool, passthrough, nbytes, zerocopy) in expect.items():
         row = figures[name]
         assert set(row) == {"pool_calls", "passthrough_calls", "nbytes", "seconds",
-                            "learning_calls"}, row
+                            "learning_calls", "zerocopy_calls"}, row
         assert row["learning_calls"] == 0, row  # the path is pinned: nothing to learn
-        assert (row["pool_calls"], row["passthrough_calls"], row["nbytes"]) == \
-            (pool, passthrough, nbytes), (name, row)
+        assert (row["pool_calls"], row["passthrough_calls"], row["nbytes"],
+                row["zerocopy_calls"]) == (pool, passthrough, nbytes, zerocopy), (name, row)
         assert row["seconds"] > 0, (name, row)
     tables = stats_tables(proc.stderr)
     assert sorted(tables) == list(range(NRANKS)), proc.stderr
     for rank, table in tables.items():
         assert set(table) >= set(expect), (rank, table)
-        for name, (pool, passthrough, nbytes) in expect.items():
+        for name, (pool, passthrough, nbytes, _) in expect.items():
             assert table[name][:2] == [pool, passthrough], (rank, name, table[name])
             assert table[name][3] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
 

@@ -142,7 +142,10 @@ cdef int run(object comm, int which, int code, object stock, object method,
             res = method(*args, flags=code - 1)
         else:
             res = method(*args)
-        return 1 if res else 0
+        if res:
+            stat_zc[which] += 1
+            return 1
+        return 0
     except PoolFailure as exc:
         if not exc.passed:
             raise run_failed(comm, exc) from None

@@ -1,6 +1,7 @@
 """A known mix of pool and pass-through calls for the stats tests
 (tests/test_runner.py); rank 0 prints ``STATS <json of cxlmpi.stats()>``
-and ``EXPECT <json>``: the counts the mix must give."""
+and ``EXPECT <json>``: the counts the mix must give.  It runs under
+``python -m cxlmpi`` (COMM_WORLD patched)."""
 
 from __future__ import annotations
 
@@ -38,13 +39,18 @@ def main() -> None:
     for _ in range(2):
         comm.Reduce(big, big_out if rank == 0 else None, root=0)
     comm.Barrier()  # the pool exists now
+    # pool-resident arrays: these two use the ranks' buffers in place
+    res, res_out = cxlmpi.empty(BIG), cxlmpi.empty(BIG)
+    res[:] = 1.0
+    for _ in range(2):
+        comm.Allreduce(res, res_out)
 
     nbytes = BIG * 8
-    expect = {
-        "allreduce": [3, 2, 3 * nbytes],
-        "bcast": [1, 1, nbytes],
-        "reduce": [2, 0, 2 * nbytes],
-        "barrier": [1, 1, 0],
+    expect = {  # pool calls, passed through, bytes, zero-copy calls
+        "allreduce": [5, 2, 5 * nbytes, 2],
+        "bcast": [1, 1, nbytes, 0],
+        "reduce": [2, 0, 2 * nbytes, 0],
+        "barrier": [1, 1, 0, 0],
     }
     if rank == 0:
         say("STATS " + json.dumps(cxlmpi.stats()))
