@@ -576,6 +576,7 @@ EXAMPLES = {
     "jacobi_solver": ["--nx", "128", "--ny", "64", "--maxiter", "100",
                       "--log-every", "0"],
     "pagerank": ["--nodes", "30000", "--log-every", "0"],
+    "kmeans": ["--clusters", "512", "--dim", "32", "--iters", "20", "--log-every", "0"],
 }
 
 
