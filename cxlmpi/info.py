@@ -59,10 +59,12 @@ def report() -> str:
                          f"{config.describe_unknown(name, suggestion)}")
     lines.append("")
     lines.append("")
-    lines.append("through the pool (contiguous predefined-type buffers, one-node "
-                 "communicator; everything else passes through to MPI):")
+    lines.append("through the pool (contiguous predefined-type buffers, ranks that share "
+                 "a pool; everything else passes through to MPI):")
     for row in POOL_TABLE:
         lines.append(f"  {row[0]:<56} {row[1]}")
+    lines.append(f"  a pool whose ranks run on several hosts: CXLMPI_HOSTS_THRESHOLD "
+                 f"({cfg.hosts_threshold} B) in place of CXLMPI_THRESHOLD")
     if cfg.adaptive:
         from . import select
 
