@@ -363,7 +363,7 @@ class Config:
         floor, and the builtin table (measured against MPI over shared
         memory) does not apply."""
         table = {} if hosts and self.tuning == "builtin" else self.tuning_table()
-        floor = self.hosts_threshold if hosts else self.threshold
+        floor = self.floor(hosts)
         out: dict[str, tuple[int, int | None] | None] = {}
         for name in COLLECTIVES:
             window = table.get(name, [None, None])
@@ -373,6 +373,11 @@ class Config:
             low = floor if window[0] is None else max(window[0], floor)
             out[name] = (low, window[1])
         return out
+
+    def floor(self, hosts: bool) -> int:
+        """The smallest message through the pool: CXLMPI_HOSTS_THRESHOLD on
+        a pool whose ranks run on several hosts, else CXLMPI_THRESHOLD."""
+        return self.hosts_threshold if hosts else self.threshold
 
     @property
     def adaptive(self) -> bool:

@@ -64,8 +64,9 @@ MAX_SEGMENTS = 8
 
 def segments(count: int, itemsize: int, chunk: int) -> list[tuple[int, int]]:
     """(first element, elements) of each segment of a pipelined collective
-    of `count` elements: at most MAX_SEGMENTS, each of at least `chunk`
-    bytes (whole elements, 4 KiB multiples) -- the same on every rank."""
+    of `count` elements: at most MAX_SEGMENTS, all but the last of the same
+    whole number of elements, at least `chunk` bytes rounded up to 4 KiB --
+    the same on every rank."""
     nbytes = count * itemsize
     seg = max(chunk, -(-nbytes // MAX_SEGMENTS))
     seg = -(-seg // 4096) * 4096

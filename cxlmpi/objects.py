@@ -207,9 +207,7 @@ def _settle(comm: MPI.Intracomm, pool: Pool, local: int) -> bool:
     CXLMPI_HOSTS_THRESHOLD when the pool spans hosts) --
     otherwise every rank passes through to stock mpi4py."""
     agreed = run_pool(comm, pool, "agree", local)
-    cfg = config.get()
-    return agreed != 0 and agreed - 1 >= (cfg.hosts_threshold if pool.hosts > 1
-                                          else cfg.threshold)
+    return agreed != 0 and agreed - 1 >= config.get().floor(pool.hosts > 1)
 
 
 def _items(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
