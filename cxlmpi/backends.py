@@ -113,6 +113,7 @@ ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 #: (cxlmpi.state then leaves the communicator with MPI, with one warning).
 NO_ROOM = "no room for a"
 
+
 def sysfs_root() -> Path:
     """/sys, or the fixture tree named by CXLMPI_SYSFS (tests: it also lets
     a regular file stand in for a devdax device)."""
