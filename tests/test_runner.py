@@ -628,7 +628,7 @@ def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how
     job = launch_mpi(2, [DISAGREE, var, value, how], env={"CXLMPI_TIMEOUT": "20"},
                      timeout=FAIL_TIMEOUT)
     assert not job.timed_out and job.returncode != 0, job.describe()
-    raised = [line for line in job.stderr.splitlines()
+    raised = [line for line in job.stdout.splitlines()
               if line.startswith("RAISED CXLMPIConfigError") and var in line]
     assert len(raised) == 2, job.describe()
     assert "FINISHED" not in job.stdout, job.describe()

@@ -4,8 +4,8 @@
 calls HOW says -- ``patch`` (cxlmpi.patch(), then an object bcast),
 ``objects`` (a wrapped communicator's object bcast first) or ``buffers``
 (a wrapped communicator's large Allreduce first).  Each must fail on every
-rank with a CXLMPIConfigError naming VAR, not hang; a rank that gets
-through prints ``FINISHED``."""
+rank with a CXLMPIConfigError naming VAR, not hang; a rank that raises
+prints ``RAISED <error>``, one that gets through ``FINISHED``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ if __name__ == "__main__":
     try:
         main()
     except Exception as exc:
-        sys.stderr.write(f"RAISED {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
+        # to stdout, one whole line in one write: on stderr the other rank's
+        # traceback, written in pieces, could land in front of it
+        sys.stdout.write(f"RAISED {type(exc).__name__}: {exc}\n")
+        sys.stdout.flush()
         raise
