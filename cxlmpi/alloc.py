@@ -6,9 +6,10 @@ unmodified program's collectives on them take the zero-copy paths.
 
 Arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and more allocated by NumPy in this
 thread (NumPy keeps its handler per context: threads started afterwards use
-NumPy's default) come from a region of this rank's arena in COMM_WORLD's
-pool, reserved for good: such arrays stay valid after communicators are
-freed and up to interpreter exit.  When the region is full, when /dev/shm
+NumPy's default) come from a region of this rank's arena in the node heap
+(cxlmpi.group: used in place by every communicator whose ranks map it),
+reserved for good: such arrays stay valid after communicators are freed and
+up to interpreter exit.  When the region is full, when /dev/shm
 cannot hold more (one warning), in a child made by fork(), or for smaller
 arrays, NumPy's own allocator is used.
 """

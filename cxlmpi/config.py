@@ -229,8 +229,8 @@ VARIABLES: tuple[Variable, ...] = (
              agreed=True),
     Variable("CXLMPI_ALLOC", _parse_bool, "0",
              "Make NumPy place arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and "
-             "more in COMM_WORLD's pool (NEP 49 allocation hook), so that "
-             "unmodified programs get the zero-copy paths.",
+             "more in the node heap (NEP 49 allocation hook), so that "
+             "unmodified programs get the zero-copy paths on every communicator.",
              agreed=True),
     Variable("CXLMPI_PROGRESS", _parse_bool, "1",
              "While a rank waits in the pool it calls MPI progress now and "

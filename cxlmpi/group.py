@@ -14,6 +14,16 @@ groups: a Hierarchy (cxlmpi.hierarchy) - each collective runs in every
 group's pool and through MPI among the group leaders.  Every rank reaches
 the same verdict (the outcome of each step is allgathered), and a set-up
 error on any rank is raised on every rank.
+
+The node heap: pool-resident arrays (cxlmpi.empty & co., the NumPy hook)
+live in one heap per pool group of the whole job -- the arenas of a pool
+made, without control traffic of its own, with the first pool of a
+communicator that holds every rank of COMM_WORLD.  Every later pool whose
+ranks all map that heap is made without arenas and shares it
+(Pool.share_heap), so that an array is used in place by every such
+communicator (COMM_WORLD, Dup, Split, ...), whichever it was allocated for.
+Pools made before it, or whose ranks do not all map it, keep arenas of
+their own.
 """
 
 from __future__ import annotations
@@ -28,7 +38,10 @@ from ._pool import Pool, check_layout, configure_emulation, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
-__all__ = ["create_pool", "check_agreed", "disagreement"]
+__all__ = ["create_pool", "check_agreed", "disagreement", "node_heap", "detach_heap"]
+
+# This process's node heap (see above), made once; None before.
+_heap: Pool | None = None
 
 
 def check_agreed(comm: MPI.Intracomm, cfg: config.Config | None = None) -> None:
@@ -85,9 +98,13 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
     local, spin, hosts = _pool_group(comm, spec, cfg.pool_groups)
     try:
         groups = _groups(comm, local)
+        group = comm if len(groups) == 1 else local
+        heap = _share_heap(comm, group, spec, cfg, spin, hosts)
+        pool = _make_pool(comm, group, spec, cfg, spin, hosts, arenas=heap is None)
+        if pool is not None and heap is not None:
+            pool.share_heap(heap)
         if len(groups) == 1:
-            return _make_pool(comm, comm, spec, cfg, spin, hosts)
-        pool = _make_pool(comm, local, spec, cfg, spin, hosts)
+            return pool
         if all(len(g) == 1 for g in groups):
             return None  # no two ranks share memory: MPI alone, no detour
         leader = local.Get_rank() == 0
@@ -173,6 +190,63 @@ def _groups(comm: MPI.Intracomm, local: MPI.Intracomm) -> list[list[int]]:
     return [groups[lead] for lead in sorted(groups)]
 
 
+def node_heap() -> Pool | None:
+    """This process's node heap, None before it is made (or in a child
+    made by fork(): the heap is its parent's)."""
+    if _heap is None or _heap.closed or _heap.inherited:
+        return None
+    return _heap
+
+
+def detach_heap() -> None:
+    """The process is exiting: give the node heap's partition back (its
+    arrays stay mapped until the process ends)."""
+    if _heap is not None:
+        _heap.detach()
+
+
+def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
+                cfg: config.Config, spin: bool, hosts: int) -> Pool | None:
+    """Collective over `comm`: the node heap this rank's pool group will
+    share -- the one every rank of the group has mapped, or a new one when
+    none of them has any and `comm` holds every rank of COMM_WORLD -- or
+    None (the group's pool then gets arenas of its own).  The same answer on
+    every rank of a group: it is reached from data they all hold."""
+    global _heap
+    mine = node_heap()
+    ids = group.allgather(None if mine is None else mine.identity)
+    if ids[0] is not None and ids.count(ids[0]) == len(ids):
+        shared = mine
+    else:
+        shared = None
+    whole = _holds_world(comm)   # collective: every rank of comm, always
+    make = (shared is None and whole and cfg.arena_size > 0 and group.Get_size() > 1
+            and all(i is None for i in ids))
+    try:
+        heap = _make_pool(comm, group, spec, cfg, spin, hosts, heap=True, make=make)
+    except CXLMPIPoolError:
+        return None  # (raised on every rank) no room for it: arenas of its own
+    if heap is not None:
+        _heap = shared = heap
+    return shared
+
+
+def _holds_world(comm: MPI.Intracomm) -> bool:
+    """Collective: whether `comm` holds every rank of COMM_WORLD (the same
+    answer on every rank)."""
+    mine, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        same = MPI.Group.Compare(mine, world) in (MPI.IDENT, MPI.SIMILAR)
+    finally:
+        mine.Free()
+        world.Free()
+    return bool(comm.allreduce(int(same), op=MPI.MIN))
+
+
+# A node heap's pool proper: the fewest pages per rank the layout takes.
+_HEAP_PAGES = 4
+
+
 def coherence(cfg: config.Config, hosts: int) -> str:
     """The coherence a pool runs: CXLMPI_COHERENCE when set to hw, sw or
     emulate; unset (auto), sw when the pool's ranks run on several hosts
@@ -185,20 +259,26 @@ def coherence(cfg: config.Config, hosts: int) -> str:
 
 
 def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
-               cfg: config.Config, spin: bool, hosts: int = 1) -> Pool | None:
+               cfg: config.Config, spin: bool, hosts: int = 1, *, arenas: bool = True,
+               heap: bool = False, make: bool = True) -> Pool | None:
     """Collective over `comm`: the pool of `group` (this rank's pool group,
-    possibly `comm` itself; None for a group of one), created by its first
-    rank and mapped by the others, its ranks on `hosts` hosts.  Errors of
-    any group are raised on every rank of `comm`."""
+    possibly `comm` itself; None for a group of one, or when not `make`),
+    created by its first rank and mapped by the others, its ranks on
+    `hosts` hosts; with arenas for pool-resident arrays when `arenas`.
+    `heap`: a node heap -- arenas, and the smallest pool proper that the
+    layout allows (it never runs a collective).  Errors of any group are
+    raised on every rank of `comm`."""
     rank, n = group.Get_rank(), group.Get_size()
     mode = coherence(cfg, hosts)
     emulate = mode == "emulate"
     pool = None
     error = None
     where = None
-    if n == 1:
+    if n == 1 or not make:
         _raise_any(comm, None)
         return None
+    size = _HEAP_PAGES * n * 4096 + Pool.layout(n, 0)[0] if heap else cfg.pool_size
+    arena = cfg.arena_size if arenas or heap else 0
     if mode == "sw" and not cpu_features()["cache_flush"]:
         error = (f"rank {comm.Get_rank()}: the pool's ranks run on {hosts} hosts, which "
                  f"needs software coherence (CXLMPI_COHERENCE=sw), and this CPU has no "
@@ -206,14 +286,14 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                  f"is coherent across them")
     if rank == 0 and error is None:
         try:
-            check_layout(n, cfg.pool_size)
+            check_layout(n, size)
             if spec.shared_file:
                 dev = backends.open_device(spec)
-                total = Pool.mapping_nbytes(n, cfg.pool_size, cfg.arena_size)
+                total = Pool.mapping_nbytes(n, size, arena)
                 entry, token, offset, length = dev.claim(total, n)
                 try:
-                    pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, 0, n, True,
-                                              token, f"{spec}#{entry}", cfg.arena_size,
+                    pool = Pool.map_partition(dev.fd, offset, size, 0, n, True,
+                                              token, f"{spec}#{entry}", arena,
                                               dev.wipes, emulate)
                 except BaseException:
                     dev.release(entry, token)      # not left claimed by nobody
@@ -221,9 +301,9 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 pool.release = functools.partial(dev.release, entry, token)
                 where = (entry, token, offset)
             else:
-                pool = Pool.create(0, n, cfg.pool_size,
+                pool = Pool.create(0, n, size,
                                    numa_node=spec.node if spec.kind == "numa" else -1,
-                                   arena_nbytes=cfg.arena_size, emulate=emulate)
+                                   arena_nbytes=arena, emulate=emulate)
                 where = pool.name
         except (OSError, ValueError, CXLMPIError) as exc:
             error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
@@ -233,13 +313,12 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
             if spec.shared_file:
                 entry, token, offset = where
                 dev = backends.open_device(spec)
-                pool = Pool.map_partition(dev.fd, offset, cfg.pool_size, rank, n,
-                                          False, token, f"{spec}#{entry}", cfg.arena_size,
+                pool = Pool.map_partition(dev.fd, offset, size, rank, n,
+                                          False, token, f"{spec}#{entry}", arena,
                                           dev.wipes, emulate)
                 pool.release = functools.partial(dev.release, entry, token)
             else:
-                pool = Pool.attach(where, rank, n, cfg.pool_size, cfg.arena_size,
-                                   emulate=emulate)
+                pool = Pool.attach(where, rank, n, size, arena, emulate=emulate)
         except (OSError, ValueError) as exc:
             error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
     if error and not spec.shared_file:

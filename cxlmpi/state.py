@@ -21,7 +21,7 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
-from .group import create_pool
+from .group import create_pool, detach_heap
 from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
 from .hierarchy import Hierarchy
 
@@ -97,6 +97,7 @@ def _close_at_exit() -> None:
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
             pool.detach()
+    detach_heap()
 
 
 _warned_no_room = False
@@ -248,13 +249,16 @@ def pool_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
 
 
 def arena_pool(comm: MPI.Intracomm | None) -> Pool | None:
-    """The pool whose arenas hold `comm`'s pool-resident arrays (its group's
-    pool when it spans several; None without arenas): collective the first
-    time.  `comm` None: COMM_WORLD."""
+    """The pool whose arenas hold `comm`'s pool-resident arrays -- the node
+    heap its pool (its group's, when it spans several) shares, or that
+    pool's own arenas; None without arenas: collective the first time.
+    `comm` None: COMM_WORLD."""
     comm = MPI.COMM_WORLD if comm is None else comm
     pool = pool_state(comm) if not isinstance(comm, MPI.Intercomm) else None
     if isinstance(pool, Hierarchy):
         pool = pool.pool
+    if pool is not None:
+        pool = pool.heap
     if pool is not None and pool.arena_nbytes() == 0:
         return None
     return pool

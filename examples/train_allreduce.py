@@ -73,6 +73,13 @@ def parse_args() -> argparse.Namespace:
         help="reduce the gradient in buckets of this many MiB (0: one Allreduce)",
     )
     parser.add_argument("--log-every", type=int, default=0, help="progress interval (0: steps/5)")
+    parser.add_argument(
+        "--comm",
+        choices=("world", "dup", "split"),
+        default="world",
+        help="train on COMM_WORLD, a Dup of it, or a Split (a framework's own "
+        "data-parallel group); the result is the same",
+    )
     return parser.parse_args()
 
 
@@ -160,6 +167,10 @@ def local_gradient(
 def main() -> None:
     args = parse_args()
     comm = MPI.COMM_WORLD
+    if args.comm == "dup":
+        comm = comm.Dup()
+    elif args.comm == "split":
+        comm = comm.Split(0, comm.Get_rank())
     rank, size = comm.Get_rank(), comm.Get_size()
 
     hidden = hidden_width(args.params)

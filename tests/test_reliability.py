@@ -103,31 +103,33 @@ def test_threads_each_with_own_communicator() -> None:
 
 
 def test_segment_private_and_unlinked_once_mapped() -> None:
-    """Inside a job, after the first pool collective: the segment's name is
-    gone from /dev/shm, each rank's mapping of it shows "(deleted)", has
-    exactly the pool's size, and (where /proc/self/map_files is readable)
-    the file is mode 0600 and owned by the job's user."""
+    """Inside a job, after the first pool collective: the names of its two
+    segments -- the communicator's pool, without arenas, and the node heap
+    of pool-resident arrays it shares -- are gone from /dev/shm, each rank
+    maps each of them once, "(deleted)", at its size, and (where
+    /proc/self/map_files is readable) the files are mode 0600 and owned by
+    the job's user."""
     before = our_segments()
     job = launch_mpi(2, [SEGMENT], env={"CXLMPI_POOL_SIZE": "4M", "CXLMPI_ARENA_SIZE": "2M",
                                         "CXLMPI_TUNING": "pool"},
                      timeout=TIMEOUT)
     assert job.returncode == 0, job.describe()
     everyone = tagged_json(job.stdout, "SEGMENT")
-    names = {rep["name"] for rep in everyone}
-    assert len(names) == 1 and None not in names, everyone
-    name = names.pop()
-    assert name.startswith("/cxlmpi-"), name
+    assert len({json.dumps(rep["segments"]) for rep in everyone}) == 1, everyone
+    pool, heap = everyone[0]["segments"]
+    assert pool["nbytes"] == Pool.mapping_nbytes(2, 4 << 20, 0), pool
+    assert heap["arena"] == 2 << 20 and heap["nbytes"] > 2 * heap["arena"], heap
     for rep in everyone:
         assert rep["allreduce_close"] and rep["pool_calls"] == 1, rep
-        assert rep["name_exists"] is False, rep
-        assert len(rep["maps"]) == 1, rep
-        mapping = rep["maps"][0]
-        assert mapping["path"] == f"/dev/shm{name} (deleted)", rep
-        assert mapping["perms"] == "rw-s", rep
-        assert mapping["nbytes"] == Pool.mapping_nbytes(2, 4 << 20, 2 << 20), rep
-        if rep["file"]["mode"] is not None:
-            assert rep["file"]["mode"] == 0o600, rep
-            assert rep["file"]["uid"] == rep["uid"], rep
+        assert sorted(m["path"] for m in rep["maps"]) == sorted(
+            f"/dev/shm{seg['name']} (deleted)" for seg in (pool, heap)), rep
+        for seg in (pool, heap):
+            assert seg["name"].startswith("/cxlmpi-") and not seg["exists"], rep
+            mapping = next(m for m in rep["maps"] if seg["name"] in m["path"])
+            assert mapping["perms"] == "rw-s" and mapping["nbytes"] == seg["nbytes"], rep
+        for file in rep["files"]:
+            if file["mode"] is not None:
+                assert file["mode"] == 0o600 and file["uid"] == rep["uid"], rep
     assert leaked_segments(before) == []
 
 

@@ -41,7 +41,7 @@ cdef int alg_bcast_push(state_t *st, char *buf, size_t nbytes, int root,
     if st.rank == root:
         for q in range(st.size):
             if q != root:
-                dst = st.base + recvs[q] - 1
+                dst = st.heap + recvs[q] - 1
                 if dst != buf:
                     will_write_into(st, dst, nbytes)
                     cxl_copy(dst, buf, nbytes)
@@ -56,7 +56,7 @@ cdef int alg_bcast_pull(state_t *st, char *buf, size_t nbytes, int root,
                         uint64_t root1) noexcept nogil:
     """The root's buffer is in the pool: every other rank copies straight
     from it (one copy instead of two, none at the root)."""
-    cdef const char *src = st.base + root1 - 1
+    cdef const char *src = st.heap + root1 - 1
     if st.rank != root and <const char *>buf != src:
         will_read(st, src, nbytes)
         if nbytes >= STREAM_MIN_NBYTES:
@@ -67,7 +67,7 @@ cdef int alg_bcast_pull(state_t *st, char *buf, size_t nbytes, int root,
 
 
 cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk,
-                   bint zc, uint64_t mine, uint64_t theirs, size_t mapped) noexcept nogil:
+                   bint zc, uint64_t mine, uint64_t theirs) noexcept nogil:
     """Bcast: with `zc` (a large message, the pool has arenas) a header step
     first publishes where every rank's buffer lives (`mine`: the root's,
     `theirs`: a receiver's, offset + 1 or 0), and every rank picks alike:
@@ -84,14 +84,14 @@ cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk
         rc = publish_offsets(st, mine, theirs, sends, recvs)
         if rc != OK:
             return rc
-        if all_fit(st, sends + root, 1, nbytes, mapped):
+        if all_fit(st, sends + root, 1, nbytes):
             st.took_zc = 1
             return alg_bcast_pull(st, buf, nbytes, root, sends[root])
         # every receiver's buffer in the pool: the root writes straight
         # into them (one copy each instead of two)
         push = True
         for q in range(st.size):
-            if q != root and not all_fit(st, recvs + q, 1, nbytes, mapped):
+            if q != root and not all_fit(st, recvs + q, 1, nbytes):
                 push = False
         if push:
             st.took_zc = 1

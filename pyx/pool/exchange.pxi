@@ -37,8 +37,7 @@ cdef int alg_exchange(state_t *st, const char **send_addr, const size_t *send_nb
 
 
 cdef int alg_exchange_push(state_t *st, const char **send_addr, const size_t *send_nbytes,
-                           char **recv_addr, const size_t *recv_nbytes,
-                           size_t mapped) noexcept nogil:
+                           char **recv_addr, const size_t *recv_nbytes) noexcept nogil:
     """Every receive block is in the pool: each rank copies its block for
     each rank straight into that rank's receive buffer (never more than the
     receiver said it takes), then one completion step; in sw mode each rank
@@ -56,11 +55,11 @@ cdef int alg_exchange_push(state_t *st, const char **send_addr, const size_t *se
             continue
         table = <const uint64_t *>half_ptr(st, d, st.step)
         n = min_size(send_nbytes[d], table[2 * p + me])
-        n = min_size(n, arena_room(st, table[p + me], mapped))
+        n = min_size(n, arena_room(st, table[p + me]))
         if n == 0:
             continue
         at = table[p + me] - 1
-        dst = st.base + at
+        dst = st.heap + at
         cxl_copy(dst, send_addr[d], n)
         wrote(st, dst, n)
     rc = step_all(st)
@@ -72,8 +71,7 @@ cdef int alg_exchange_push(state_t *st, const char **send_addr, const size_t *se
 
 
 cdef int alg_exchange_pull(state_t *st, const char **send_addr, const size_t *send_nbytes,
-                           char **recv_addr, const size_t *recv_nbytes,
-                           size_t mapped) noexcept nogil:
+                           char **recv_addr, const size_t *recv_nbytes) noexcept nogil:
     """Every block is in the pool: each rank copies the blocks meant for it
     straight from their owners' buffers (the table of the header step is
     still in every rank's half), then one completion step."""
@@ -87,8 +85,8 @@ cdef int alg_exchange_pull(state_t *st, const char **send_addr, const size_t *se
             n = min_size(send_nbytes[me], recv_nbytes[me])
         else:
             at = (<const uint64_t *>half_ptr(st, q, st.step))[me]
-            n = min_size(recv_nbytes[q], arena_room(st, at, mapped))
-            src = st.base + at - 1
+            n = min_size(recv_nbytes[q], arena_room(st, at))
+            src = st.heap + at - 1
         if n and <const char *>recv_addr[q] != src:
             will_read(st, src, n)
             cxl_copy(recv_addr[q], src, n)
@@ -97,23 +95,22 @@ cdef int alg_exchange_pull(state_t *st, const char **send_addr, const size_t *se
 
 cdef int exchange_direct(state_t *st, const char **send_addr,
                          const size_t *send_nbytes, char **recv_addr,
-                         const size_t *recv_nbytes, size_t mapped,
-                         bint *done) noexcept nogil:
+                         const size_t *recv_nbytes, bint *done) noexcept nogil:
     """The header step of a personalized exchange, then pull or push when
     the tables allow it (`done`); else the caller copies through the halves."""
     cdef bint pull = False, push = False
     cdef int rc = publish_block_offsets(st, send_addr, send_nbytes, recv_addr, recv_nbytes,
-                                        mapped, &pull, &push)
+                                        &pull, &push)
     done[0] = rc == OK and (pull or push)
     if rc != OK or not done[0]:
         return rc
     if pull:
-        return alg_exchange_pull(st, send_addr, send_nbytes, recv_addr, recv_nbytes, mapped)
-    return alg_exchange_push(st, send_addr, send_nbytes, recv_addr, recv_nbytes, mapped)
+        return alg_exchange_pull(st, send_addr, send_nbytes, recv_addr, recv_nbytes)
+    return alg_exchange_push(st, send_addr, send_nbytes, recv_addr, recv_nbytes)
 
 
 cdef int alg_reduce_scatter_pull(state_t *st, cxl_reduce_fn fn, char *recvbuf,
-                                 size_t count, size_t itemsize, size_t mapped) noexcept nogil:
+                                 size_t count, size_t itemsize) noexcept nogil:
     """Every piece is in the pool: each rank folds the pieces meant for it
     straight from their owners' buffers into its receive buffer."""
     cdef const char *src[MAX_ZC_RANKS]
@@ -122,9 +119,9 @@ cdef int alg_reduce_scatter_pull(state_t *st, cxl_reduce_fn fn, char *recvbuf,
     cdef int q
     for q in range(st.size):
         at = (<const uint64_t *>half_ptr(st, q, st.step))[st.rank]
-        if arena_room(st, at, mapped) < count * itemsize:
+        if arena_room(st, at) < count * itemsize:
             at = 1  # a piece shorter than this rank's count: erroneous, stay inside
-        src[q] = st.base + at - 1
+        src[q] = st.heap + at - 1
     dst[0] = recvbuf
     if count:
         alg_reduce_direct(st, fn, src, dst, 1, 0, count, itemsize)

@@ -101,7 +101,13 @@ ctypedef struct state_t:
     double timeout_s
     int failed_rank        # set on error: a rank that never arrived
     int failed_code
-    size_t arena_offset    # where the arenas start (== mapping size if none)
+    # The heap of pool-resident arrays this pool's zero-copy paths use: its
+    # own arenas, or a node heap it shares (Pool.share_heap).  Offsets
+    # published for zero copy are from `heap`; arrays lie in
+    # [heap + heap_lo, heap + heap_hi) (heap_lo == heap_hi: none).
+    char *heap
+    size_t heap_lo
+    size_t heap_hi
     # per rank: its send buffer when read in place, or NULL (published
     # through its half); the array itself NULL: every rank publishes
     const char **res
@@ -117,14 +123,13 @@ ctypedef struct state_t:
 DEF ARENA_ALIGN = 2 * 1024 * 1024
 
 
-cdef inline uint64_t resident(state_t *st, const char *addr, size_t nbytes,
-                              size_t mapped) noexcept nogil:
-    """offset + 1 of [addr, addr + nbytes) in the arenas, or 0."""
-    cdef const char *lo = st.base + st.arena_offset
-    cdef const char *hi = st.base + mapped
-    if st.arena_offset >= mapped or addr < lo or addr > hi or nbytes > <size_t>(hi - addr):
+cdef inline uint64_t resident(state_t *st, const char *addr, size_t nbytes) noexcept nogil:
+    """offset + 1 of [addr, addr + nbytes) in the heap's arenas, or 0."""
+    cdef const char *lo = st.heap + st.heap_lo
+    cdef const char *hi = st.heap + st.heap_hi
+    if st.heap_lo >= st.heap_hi or addr < lo or addr > hi or nbytes > <size_t>(hi - addr):
         return 0
-    return <uint64_t>(addr - st.base) + 1
+    return <uint64_t>(addr - st.heap) + 1
 
 
 cdef size_t arena_start(size_t pool_nbytes) noexcept nogil:

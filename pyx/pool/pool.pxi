@@ -120,6 +120,7 @@ cdef class Pool:
     cdef int64_t pid             # the process that mapped the pool
     cdef readonly bint wipes     # a partition: memory handed out is zeroed first
     cdef readonly bint emulated  # seen through cxl_emulate.h (CXLMPI_COHERENCE=emulate)
+    cdef Pool heap_pool          # the node heap this pool shares (None: its own arenas)
 
     def __cinit__(self):
         self.st.base = NULL
@@ -382,7 +383,9 @@ cdef class Pool:
         self.st.stream = 0
         self.st.took_zc = 0
         self.rsag_min_ranks = 3
-        self.st.arena_offset = h.arena_offset
+        self.st.heap = self.st.base      # its own arenas, until share_heap
+        self.st.heap_lo = h.arena_offset
+        self.st.heap_hi = self.nbytes
         prefault(self.st.base, h.slot_offset,
                  min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
         if h.arena_nbytes:
@@ -432,6 +435,9 @@ cdef class Pool:
 
     cdef _finish_close(self):
         self._unmap()
+        heap, self.heap_pool = self.heap_pool, None
+        if heap is not None:
+            heap._let_go()
         release, self.release = self.release, None
         if release is not None and self.pid == this_pid:
             release()
@@ -495,6 +501,41 @@ cdef class Pool:
             f"arrays ({self.arena.nbytes} bytes, {self.arena_free()} free); raise "
             f"CXLMPI_ARENA_SIZE")
 
+    cdef _let_go(self):
+        """A PoolBuffer or a pool sharing this heap no longer needs the
+        mapping: finish a close that waited for the last of them."""
+        self.live -= 1
+        if self.closing and self.live == 0:
+            self._finish_close()
+
+    def share_heap(self, Pool heap):
+        """From now on this pool's zero-copy paths read and write arrays of
+        `heap`'s arenas (a node heap every rank of this pool has mapped at
+        some address of its own: offsets are from its start, the same in
+        every process); this pool, made without arenas, keeps `heap` mapped
+        until it is closed."""
+        if self.arena_nbytes() or heap.closed or heap.heap_pool is not None:
+            raise ValueError("share_heap: a pool without arenas, a heap with them")
+        self.st.heap = heap.st.base
+        self.st.heap_lo = heap.st.heap_lo
+        self.st.heap_hi = heap.st.heap_hi
+        heap.live += 1
+        self.heap_pool = heap
+
+    @property
+    def heap(self):
+        """The pool whose arenas hold the arrays this pool uses in place:
+        the node heap it shares, or itself."""
+        return self if self.heap_pool is None else self.heap_pool
+
+    @property
+    def identity(self):
+        """What tells this mapping apart from every other (its segment's or
+        partition's name and token): equal in every process that maps it."""
+        if self.st.base == NULL:
+            return None
+        return self.name, (<cxl_header *>self.st.base).token
+
     cdef _give_back(self, size_t off):
         """Return a block to the arena (a no-op in a forked child)."""
         cxl_arena_free(&self.arena, off)
@@ -510,24 +551,27 @@ cdef class Pool:
         return (<cxl_header *>self.st.base).arena_nbytes
 
     def arena_span(self):
-        """(first, last + 1) address of the arenas in this mapping, (0, 0)
-        when the pool has none (for cxlmpi._shim's residency hint)."""
-        if self.st.base == NULL or self.st.arena_offset >= self.nbytes:
+        """(first, last + 1) address of the arenas of its heap (its own or
+        the node heap it shares), (0, 0) when it has none (for
+        cxlmpi._shim's residency hint)."""
+        if self.st.base == NULL or self.st.heap_lo >= self.st.heap_hi:
             return 0, 0
-        return (<uintptr_t>self.st.base + self.st.arena_offset,
-                <uintptr_t>self.st.base + self.nbytes)
+        return (<uintptr_t>self.st.heap + self.st.heap_lo,
+                <uintptr_t>self.st.heap + self.st.heap_hi)
 
     def offset_of(self, uintptr_t address, size_t nbytes):
-        """Offset in the pool of [address, address + nbytes) when it lies in
-        the arenas (any rank's), else -1."""
-        cdef uint64_t at = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+        """Offset in its heap of [address, address + nbytes) when it lies in
+        the heap's arenas (any rank's), else -1."""
+        cdef uint64_t at = resident(&self.st, <const char *>address, nbytes)
         return <int64_t>at - 1
 
     def view(self, size_t offset, size_t nbytes):
         """A read-only PoolBuffer on `nbytes` at `offset` of the arenas (a
         peer's array: Bcast_view); it keeps the mapping alive."""
+        if self.heap_pool is not None:
+            return self.heap_pool.view(offset, nbytes)
         self._check()
-        if offset < self.st.arena_offset or offset + nbytes > self.nbytes \
+        if offset < self.st.heap_lo or offset + nbytes > self.st.heap_hi \
                 or offset + nbytes < offset:
             raise ValueError(f"offset {offset} + {nbytes} bytes is outside the arenas")
         return PoolBuffer._new(self, offset, nbytes, False, True)
@@ -705,12 +749,11 @@ cdef class Pool:
         cdef uint64_t mine = 0, theirs = 0
         self._expect("Bcast", root, -1, -1, nbytes, 0, flags)
         if zc and self.st.rank == root:
-            mine = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+            mine = resident(&self.st, <const char *>address, nbytes)
         elif zc:
-            theirs = resident(&self.st, <const char *>address, nbytes, self.nbytes)
+            theirs = resident(&self.st, <const char *>address, nbytes)
         with nogil:
-            rc = run_bcast(&self.st, <char *>address, nbytes, root, chunk, zc, mine, theirs,
-                           self.nbytes)
+            rc = run_bcast(&self.st, <char *>address, nbytes, root, chunk, zc, mine, theirs)
         if rc != OK:
             self._raise(rc, "Bcast")
         return self.st.took_zc != 0
@@ -740,12 +783,12 @@ cdef class Pool:
         cdef uint64_t send1 = 0, recv1 = 0
         self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0, flags)
         if zc:
-            send1 = resident(&self.st, <const char *>sendaddr, nbytes, self.nbytes)
+            send1 = resident(&self.st, <const char *>sendaddr, nbytes)
             if root < 0 or root == self.st.rank:
-                recv1 = resident(&self.st, <const char *>recvaddr, nbytes, self.nbytes)
+                recv1 = resident(&self.st, <const char *>recvaddr, nbytes)
         with nogil:
             rc = run_reduce(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
-                            itemsize, fn, root, rsag, chunk, zc, send1, recv1, self.nbytes)
+                            itemsize, fn, root, rsag, chunk, zc, send1, recv1)
         if rc != OK:
             self._raise(rc, "Allreduce" if root < 0 else "Reduce")
         return self.st.took_zc != 0
@@ -754,7 +797,7 @@ cdef class Pool:
         """Whether a collective of `nbytes` first asks where every rank's
         buffers live (the same answer on every rank: the pool has arenas,
         and the size is past zerocopy_min_nbytes)."""
-        return (self.st.arena_offset < self.nbytes and nbytes >= self.zerocopy_min_nbytes
+        return (self.st.heap_lo < self.st.heap_hi and nbytes >= self.zerocopy_min_nbytes
                 and self.st.size <= MAX_ZC_RANKS)
 
     cdef bint _zerocopy_tables(self, size_t nbytes):
@@ -818,7 +861,7 @@ cdef class Pool:
         with nogil:
             if zc:
                 rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
-                                     into.addr, into.nbytes, self.nbytes, &done)
+                                     into.addr, into.nbytes, &done)
             if rc == OK and not done:
                 rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
                                 recv.addr, recv.nbytes, root, nsteps, chunk)
@@ -845,7 +888,7 @@ cdef class Pool:
         with nogil:
             if zc:
                 rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
-                                     recv.addr, recv.nbytes, self.nbytes, &done)
+                                     recv.addr, recv.nbytes, &done)
             if rc == OK and not done:
                 rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
                                   recv.addr, recv.nbytes, nsteps, sub)
@@ -886,10 +929,10 @@ cdef class Pool:
             if zc:
                 rc = publish_block_offsets(&self.st, <const char **>blocks.addr,
                                            blocks.nbytes, nothing.addr, nothing.nbytes,
-                                           self.nbytes, &all_resident, &push)
+                                           &all_resident, &push)
             if rc == OK and zc and all_resident:
                 rc = alg_reduce_scatter_pull(&self.st, fn, <char *>recvaddr,
-                                             send.nbytes[self.st.rank], itemsize, self.nbytes)
+                                             send.nbytes[self.st.rank], itemsize)
             elif rc == OK:
                 rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
                                         <char *>recvaddr, itemsize, fn, nsteps, sub_count,
@@ -975,9 +1018,7 @@ cdef class PoolBuffer:
             return
         if self.owns_block:
             self.pool._give_back(self.offset)
-        self.pool.live -= 1
-        if self.pool.closing and self.pool.live == 0:
-            self.pool._finish_close()
+        self.pool._let_go()
 
 
 cdef class _Arrays:

@@ -243,14 +243,14 @@ cdef inline void will_write_into(state_t *st, char *dst, size_t n) noexcept nogi
         cxl_flush(dst + n - 1, 1, 1)
 
 
-cdef inline size_t arena_room(state_t *st, uint64_t at1, size_t mapped) noexcept nogil:
-    """Bytes from a peer's offset + 1 `at1` to the end of the mapping when
-    it lies in the arenas, else 0: a table a peer never wrote back (a
+cdef inline size_t arena_room(state_t *st, uint64_t at1) noexcept nogil:
+    """Bytes from a peer's offset + 1 `at1` to the end of the heap's arenas
+    when it lies in them, else 0: a table a peer never wrote back (a
     protocol error, or the emulator's fault hooks) must not send this rank
     outside the pool."""
-    if at1 == 0 or at1 - 1 < st.arena_offset or at1 - 1 >= mapped:
+    if at1 == 0 or at1 - 1 < st.heap_lo or at1 - 1 >= st.heap_hi:
         return 0
-    return mapped - (at1 - 1)
+    return st.heap_hi - (at1 - 1)
 
 
 cdef inline bint line_aligned(uint64_t at1, size_t nbytes) noexcept nogil:
@@ -498,22 +498,21 @@ cdef int publish_offsets(state_t *st, uint64_t send1, uint64_t recv1,
     return OK
 
 
-cdef bint all_fit(state_t *st, const uint64_t *v, int n, size_t nbytes,
-                  size_t mapped) noexcept nogil:
+cdef bint all_fit(state_t *st, const uint64_t *v, int n, size_t nbytes) noexcept nogil:
     """Every value is an offset + 1 with `nbytes` after it inside the
     arenas (arena_room: a stale table must not send a copy into the
-    control lines or the halves; the arenas start at the same offset on
-    every rank, so all decide alike)."""
+    control lines or the halves; the heap's arenas lie at the same offsets
+    on every rank, so all decide alike)."""
     cdef int q
     for q in range(n):
-        if v[q] == 0 or arena_room(st, v[q], mapped) < nbytes:
+        if v[q] == 0 or arena_room(st, v[q]) < nbytes:
             return False
     return True
 
 
 cdef int publish_block_offsets(state_t *st, const char **send_addr,
                                const size_t *send_nbytes, char **recv_addr,
-                               const size_t *recv_nbytes, size_t mapped,
+                               const size_t *recv_nbytes,
                                bint *pull, bint *push) noexcept nogil:
     """Header step of the personalized collectives.  Every rank writes, in
     its half, three tables of p words: where its block for each rank lives
@@ -533,9 +532,9 @@ cdef int publish_block_offsets(state_t *st, const char **send_addr,
             inplace = True
     for d in range(p):
         mine[d] = 1 if send_nbytes[d] == 0 else \
-            resident(st, send_addr[d], send_nbytes[d], mapped)
+            resident(st, send_addr[d], send_nbytes[d])
         mine[p + d] = 1 if recv_nbytes[d] == 0 else \
-            resident(st, recv_addr[d], recv_nbytes[d], mapped)
+            resident(st, recv_addr[d], recv_nbytes[d])
         mine[2 * p + d] = recv_nbytes[d]
         if inplace:
             mine[d] = 0

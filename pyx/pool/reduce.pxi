@@ -110,13 +110,13 @@ cdef int alg_reduce_pull(state_t *st, const uint64_t *sends, const uint64_t *rec
     cdef int q, p = st.size, ndst = 0, rc
     cdef size_t lo, hi
     for q in range(p):
-        src[q] = st.base + sends[q] - 1
+        src[q] = st.heap + sends[q] - 1
     if all_recv:
         lo = slice_bound(st, count, st.rank, itemsize)
         hi = slice_bound(st, count, st.rank + 1, itemsize)
         for q in range(p):
             if root < 0 or q == root:
-                dst[ndst] = st.base + recvs[q] - 1
+                dst[ndst] = st.heap + recvs[q] - 1
                 ndst += 1
         alg_reduce_direct(st, fn, src, dst, ndst, lo, hi, itemsize)
     elif root < 0 or root == st.rank:
@@ -143,7 +143,7 @@ cdef inline size_t slice_bound(state_t *st, size_t count, int r,
 
 cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t count,
                     size_t itemsize, cxl_reduce_fn fn, int root, bint rsag, size_t chunk,
-                    bint zc, uint64_t send1, uint64_t recv1, size_t mapped) noexcept nogil:
+                    bint zc, uint64_t send1, uint64_t recv1) noexcept nogil:
     """Reduce (to `root`) and Allreduce (root < 0).  With `zc` a header step
     first publishes where every rank's buffers live (`send1`, `recv1`:
     offset + 1 or 0), and every rank picks alike: every send buffer in the
@@ -164,10 +164,10 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
         rc = publish_offsets(st, send1, recv1, sends, recvs)
         if rc != OK:
             return rc
-        zc = all_fit(st, sends, st.size, nbytes, mapped)
+        zc = all_fit(st, sends, st.size, nbytes)
         if zc:
-            all_recv = all_fit(st, recvs, st.size, nbytes, mapped) \
-                if root < 0 else all_fit(st, recvs + root, 1, nbytes, mapped)
+            all_recv = all_fit(st, recvs, st.size, nbytes) \
+                if root < 0 else all_fit(st, recvs + root, 1, nbytes)
             if st.sw and itemsize <= LINE_NBYTES and LINE_NBYTES % itemsize == 0:
                 # every rank writes its slice into every receive buffer:
                 # slices then start on lines of each (slice_bound)
@@ -187,8 +187,8 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
         # read in place (never one whose result overwrites its input).
         for q in range(st.size):
             res[q] = NULL
-            if all_fit(st, sends + q, 1, nbytes, mapped) and sends[q] != recvs[q]:
-                res[q] = st.base + sends[q] - 1
+            if all_fit(st, sends + q, 1, nbytes) and sends[q] != recvs[q]:
+                res[q] = st.heap + sends[q] - 1
                 any_res = True
     st.res = res if any_res else NULL
     if rsag:

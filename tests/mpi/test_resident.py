@@ -267,3 +267,78 @@ def test_absurd_shapes_refused_like_numpy(comm, shape, dtype):
         ok = want is not None and type(got) is type(want) and str(got) == str(want)
     ok = ok and (pool is None or pool.arena_free() == free)
     agree(ok, f"{shape} {dtype.__name__}: cxlmpi {got!r}, numpy {want!r}")
+
+
+def _derived(comm) -> list[tuple[str, MPI.Intracomm]]:
+    """Communicators derived from `comm` every way MPI offers (some of one
+    rank: no pool there, MPI alone)."""
+    everyone = comm.Get_group()
+    reverse = everyone.Incl(list(reversed(range(SIZE))))
+    pair = everyone.Incl([r for r in range(SIZE) if r // 2 == RANK // 2])
+    try:
+        return [("Dup", comm.Dup()), ("Split", comm.Split(RANK // 2, RANK)),
+                ("Split_type", comm.Split_type(MPI.COMM_TYPE_SHARED, RANK)),
+                ("Create_group", comm.Create_group(reverse)),
+                ("Create", comm.Create(pair))]
+    finally:
+        for g in (everyone, reverse, pair):
+            g.Free()
+
+
+def test_arrays_are_used_in_place_on_every_derived_communicator(comm):
+    """One heap per node: arrays allocated for `comm` are read and written in
+    place by the collectives of every communicator derived from it -- Dup,
+    Split, Split_type, Create_group, Create -- and arrays allocated for a
+    derived communicator by `comm`'s, each with stock MPI's result."""
+    n = 2 * CFG.zerocopy_threshold // 8 + 5
+    base = cxlmpi.arrays.arena_pool(comm)
+    flat = base is not None and isinstance(cxlmpi.state.pool_state(comm), cxlmpi._pool.Pool) \
+        and CFG.pool_groups == 1
+    bad = []
+    for name, sub in _derived(comm):
+        p = sub.Get_size()
+        plain = MPI.Intracomm(sub)
+        data = make_data(np.float64, n, 81, rank=RANK)
+        mine = cxlmpi.asarray(data, comm=comm)        # allocated for comm
+        theirs = cxlmpi.asarray(data.copy(), comm=sub)  # allocated for sub
+        out = cxlmpi.zeros(n, comm=comm)
+        many = cxlmpi.zeros(n * p, comm=comm)
+        blocks = cxlmpi.asarray(np.tile(data, p), comm=sub)
+        before = cxlmpi.stats()
+        want = np.empty(n)
+        plain.Allreduce(data, want)
+        sub.Allreduce(mine, out)
+        if not same(out, want, MPI.SUM):
+            bad.append(f"{name}: Allreduce")
+        sub.Bcast(theirs, root=p - 1)
+        want = data.copy()
+        plain.Bcast(want, root=p - 1)
+        if not np.array_equal(theirs, want):
+            bad.append(f"{name}: Bcast")
+        sub.Allgather(mine, many)
+        want = np.empty(n * p)
+        plain.Allgather(data, want)
+        if not np.array_equal(many, want):
+            bad.append(f"{name}: Allgather")
+        sub.Alltoall(blocks, many)
+        plain.Alltoall(np.tile(data, p), want)
+        if not np.array_equal(many, want):
+            bad.append(f"{name}: Alltoall")
+        comm.Allreduce(theirs, out)                   # sub's array on comm
+        want = np.empty(n)
+        PLAIN.Allreduce(theirs, want)
+        if not same(out, want, MPI.SUM):
+            bad.append(f"{name}: Allreduce on comm of sub's array")
+        after = cxlmpi.stats()
+        zc = {k: after[k].get("zerocopy_calls", 0) - before.get(k, {}).get("zerocopy_calls", 0)
+              for k in ("allreduce", "bcast", "allgather", "alltoall")}
+        # (comm's Allreduce of sub's arrays: in place when every rank's
+        # sub had a pool to allocate them from)
+        on_comm = bool(PLAIN.allreduce(int(cxlmpi.is_resident(theirs, comm=comm)), MPI.MIN))
+        if flat and p > 1 and CFG.tuning == "pool":
+            resident = all(cxlmpi.is_resident(x, comm=sub) for x in (mine, theirs, out))
+            if not resident or zc != {"allreduce": 1 + on_comm, "bcast": 1, "allgather": 1,
+                                      "alltoall": 1}:
+                bad.append(f"{name}: in place {resident}, zero-copy calls {zc}")
+        sub.Free()
+    agree(not bad, "; ".join(bad))

@@ -5,10 +5,11 @@
 
 Runs one large Allreduce on a wrapped dup of COMM_WORLD (COUNT float64
 elements, compared with stock MPI on the same handle), then looks at its own
-process: the pool's name (from cxlmpi's state), every ``cxlmpi-`` line of
-/proc/self/maps, whether /dev/shm/<name> still exists (os.stat), and the
-segment's mode and owner through /proc/self/map_files when this process may
-read it.  Rank 0 prints ``SEGMENT <json>``, one report per rank.
+process: the names and sizes of its segments (from cxlmpi's state: the
+communicator's pool, and the node heap it shares), every ``cxlmpi-`` line of
+/proc/self/maps, whether /dev/shm/<name> still exists (os.stat), and each
+mapped file's mode and owner through /proc/self/map_files when this process
+may read it.  Rank 0 prints ``SEGMENT <json>``, one report per rank.
 """
 
 from __future__ import annotations
@@ -66,22 +67,19 @@ def main() -> None:
     plain.Allreduce(data, want)
 
     state = _states.get(comm.handle)
-    name = state.pool.name if state is not None and state.pool is not None else None
-    try:
-        os.stat(f"/dev/shm{name}")
-        name_exists = True
-    except FileNotFoundError:
-        name_exists = False
+    pools = [] if state is None or state.pool is None else [state.pool, state.pool.heap]
+    segments = [{"name": p.name, "nbytes": p.total_nbytes, "arena": p.arena_nbytes(),
+                 "exists": os.path.exists(f"/dev/shm{p.name}")}
+                for p in dict.fromkeys(pools)]
     maps = pool_mappings()
     report = {
         "rank": rank,
         "uid": os.getuid(),
         "allreduce_close": bool(np.allclose(got, want, rtol=1e-12, atol=1e-12)),
         "pool_calls": cxlmpi.stats()["allreduce"]["pool_calls"],
-        "name": name,
-        "name_exists": name_exists,
+        "segments": segments,
         "maps": maps,
-        "file": mapped_file_mode(maps[0]["range"]) if maps else None,
+        "files": [mapped_file_mode(m["range"]) for m in maps],
     }
     everyone = world.gather(report, root=0)
     comm.Free()
