@@ -69,12 +69,13 @@ def format_table(figures: dict[str, dict[str, float]] | None = None,
         lines.append(title)
     width = max(len("allreduce" + OBJECT_SUFFIX), *(len(name) for name in figures))
     lines.append(f"{'collective':<{width}} {'pool':>8} {'passthru':>9} {'learning':>9} "
-                 f"{'pool MiB':>10} {'seconds':>10}")
+                 f"{'zerocopy':>9} {'pool MiB':>10} {'seconds':>10}")
     for name, row in figures.items():
         if "pool_calls" not in row or not (row["pool_calls"] or row["passthrough_calls"]):
             continue
         lines.append(f"{name:<{width}} {row['pool_calls']:>8} "
                      f"{row['passthrough_calls']:>9} {row.get('learning_calls', 0):>9} "
+                     f"{row.get('zerocopy_calls', 0):>9} "
                      f"{row['nbytes'] / 2**20:>10.1f} {row['seconds']:>10.4f}")
     return "\n".join(lines)
 

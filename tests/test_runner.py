@@ -65,7 +65,7 @@ def tagged_json(stdout: str, tag: str):
 
 def stats_tables(stderr: str) -> dict[int, dict[str, list[float]]]:
     """The tables printed at exit by CXLMPI_STATS=1, by rank:
-    {rank: {collective: [pool, passthru, learning, pool MiB, seconds]}}."""
+    {rank: {collective: [pool, passthru, learning, zerocopy, pool MiB, seconds]}}."""
     tables: dict[int, dict[str, list[float]]] = {}
     current = None
     for line in stderr.splitlines():
@@ -76,7 +76,7 @@ def stats_tables(stderr: str) -> dict[int, dict[str, list[float]]]:
             current = tables[rank] = {}
             continue
         fields = line.split()
-        if current is not None and len(fields) == 6 \
+        if current is not None and len(fields) == 7 \
                 and re.fullmatch(r"[a-z_]+(\(obj\))?", fields[0]) \
                 and fields[0] != "collective":
             current[fields[0]] = [float(f) for f in fields[1:]]
@@ -528,9 +528,10 @@ def test_stats(how: str) -> None:
     assert sorted(tables) == list(range(NRANKS)), proc.stderr
     for rank, table in tables.items():
         assert set(table) >= set(expect), (rank, table)
-        for name, (pool, passthrough, nbytes, _) in expect.items():
+        for name, (pool, passthrough, nbytes, zerocopy) in expect.items():
             assert table[name][:2] == [pool, passthrough], (rank, name, table[name])
-            assert table[name][3] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
+            assert table[name][3] == zerocopy, (rank, name, table[name])
+            assert table[name][4] == pytest.approx(nbytes / 2**20, abs=0.06)  # shown to 0.1
 
 
 @pytest.mark.parametrize("objects", ["1", "0"])
