@@ -6,12 +6,13 @@ unmodified program's collectives on them take the zero-copy paths.
 
 Arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and more allocated by NumPy in this
 thread (NumPy keeps its handler per context: threads started afterwards use
-NumPy's default) come from a region of this rank's arena in the node heap
-(cxlmpi.group: used in place by every communicator whose ranks map it),
-reserved for good: such arrays stay valid after communicators are freed and
-up to interpreter exit.  When the region is full, when /dev/shm
-cannot hold more (one warning), in a child made by fork(), or for smaller
-arrays, NumPy's own allocator is used.
+NumPy's default) come from this rank's arena of the node heap (cxlmpi.group:
+used in place by every communicator whose ranks map it), the arena
+cxlmpi.empty & co. allocate from: NumPy's arrays may take all of it.  The
+heap is kept for good: such arrays stay valid after communicators are freed
+and up to interpreter exit.  When the arena is full, when /dev/shm cannot
+hold more (one warning), in a child made by fork(), or for smaller arrays,
+NumPy's own allocator is used.
 """
 
 from __future__ import annotations
@@ -29,29 +30,22 @@ from .state import arena_pool
 
 __all__ = ["enable", "disable", "active", "stats"]
 
-_region: Any = None   # the reserved PoolBuffer: never released
-# the file behind it, its offset there, whether memory is zeroed first
-_backing: tuple[int, int, bool] = (-1, 0, False)
+_heap: Any = None   # the Pool whose arena NumPy allocates from: kept for good
 
 
-def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
-           fraction: float = 0.75) -> bool:
+def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None) -> bool:
     """Collective over `comm` (the wrapped COMM_WORLD if None) the first
-    time: reserve `fraction` of this rank's arena and make NumPy allocate
-    arrays of at least `threshold` bytes there.  False when the communicator
-    has no pool (nothing to share)."""
-    global _region, _backing
+    time: make NumPy allocate arrays of at least `threshold` bytes in this
+    rank's arena of the heap `comm`'s pool uses.  False when the
+    communicator has no pool (nothing to share)."""
+    global _heap
     threshold = config.get().zerocopy_threshold if threshold is None else threshold
-    if _region is None:
+    if _heap is None:
         pool = arena_pool(comm)
-        if pool is None or pool.inherited:
+        if pool is None or pool.inherited or pool.arena_free() < threshold:
             return False
-        nbytes = int(pool.arena_free() * fraction) // 4096 * 4096
-        if nbytes < threshold:
-            return False
-        # Address space only: the hook reserves each block as it hands it out.
-        _region = pool.allocate(nbytes, reserve=False)
-        _backing = (pool.fd, pool.file_offset + _region.offset, pool.wipes)
+        pool.keep()
+        _heap = pool
     if "numpy" in sys.modules:
         _install(threshold)
     else:
@@ -63,10 +57,9 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None,
 
 
 def _install(threshold: int) -> None:
-    from . import _alloc, _pool
+    from . import _alloc
 
-    _alloc.install(_region.address, _region.nbytes, threshold, _backing[0], _backing[1],
-                   _pool.no_space_notice(), _backing[2])
+    _alloc.install(_heap.arena_address(), threshold)
 
 
 @atexit.register
@@ -126,8 +119,9 @@ def active() -> bool:
 
 
 def stats() -> dict[str, int]:
-    """threshold, region_bytes, free_bytes, live_arrays, live_bytes,
-    pool_allocs (arrays placed in the pool so far)."""
+    """threshold; arena_bytes, free_bytes, live_arrays, live_bytes (of the
+    arena, which cxlmpi.empty & co. share); pool_allocs (NumPy's arrays
+    placed in the pool so far)."""
     from . import _alloc
 
     return _alloc.stats()

@@ -2,21 +2,22 @@
 """The NumPy allocation hook (NEP 49): arrays of at least a threshold are
 placed in pool memory, so that unmodified programs get the zero-copy paths.
 
-`install(address, nbytes, threshold, fd, fd_offset, notice)` hands NumPy a
-handler whose large allocations come from [address, address + nbytes) - a
-block of this rank's arena that cxlmpi.alloc takes for good, file `fd` at
-`fd_offset` behind it - and whose small ones (and frees of memory it did not
-allocate) go to the handler that was in place.  Each block is reserved in
-the file before NumPy gets it; when /dev/shm is full the handler uses NumPy's
-allocator instead and calls `notice` (once per process: cxlmpi._pool).  The
+`install(arena, threshold)` hands NumPy a handler whose large allocations
+come from `arena` -- this rank's arena of the node heap (a cxl_arena inside
+a Pool that cxlmpi.alloc keeps for good), the one cxlmpi.empty & co.
+allocate from too, so that NumPy's arrays may grow into all of it -- and
+whose small ones (and frees of memory it did not allocate) go to the
+handler that was in place.  The arena reserves each block in its file
+before NumPy gets it; when /dev/shm is full the handler uses NumPy's
+allocator instead (the arena tells once per process: cxlmpi._pool).  The
 handler's state is never freed: arrays may outlive everything else, up to
 interpreter exit.  In a child made by fork() it hands out no pool memory and
-frees of the parent's blocks are no-ops; `retire()` (at exit) does the same.
+frees of the parent's blocks are no-ops; so after the arena is retired (at
+exit).
 """
 
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport malloc
-from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset, strncpy
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_GetPointer
 
@@ -24,8 +25,7 @@ cimport numpy as cnp
 
 cnp.import_array()
 
-from cxl_alloc cimport (cxl_arena, cxl_arena_init, cxl_arena_free_bytes,
-                        cxl_arena_live_blocks, cxl_notice_fn, dup)
+from cxl_alloc cimport cxl_arena, cxl_arena_free_bytes, cxl_arena_live_blocks
 
 
 cdef extern from "cxl_alloc.h" nogil:
@@ -33,7 +33,7 @@ cdef extern from "cxl_alloc.h" nogil:
     ctypedef struct cxl_np_allocator:
         void *ctx
     ctypedef struct cxl_hook:
-        cxl_arena arena
+        cxl_arena *arena
         size_t threshold
         cxl_np_allocator fallback
         size_t pool_allocs
@@ -59,17 +59,12 @@ cdef extern from "numpy/arrayobject.h":
 cdef cxl_hook *hook = NULL
 cdef object hook_capsule = None
 cdef object previous = None
-cdef const char *HOOK_WHAT = b"NumPy's arrays (--alloc: private memory now)"
 
 
-def install(uintptr_t address, size_t nbytes, size_t threshold, int fd=-1,
-            int64_t fd_offset=0, uintptr_t notice=0, bint wipe=False):
-    """Make NumPy place arrays of `threshold` bytes and more in the region
-    (once per process; later calls only change the threshold).  `fd`: the
-    file behind the region (its offset `fd_offset`), through which blocks
-    are reserved; `notice`: a cxl_notice_fn told when that fails; `wipe`:
-    zero each block when first reserved (memory an earlier job may have
-    used: Pool.wipes)."""
+def install(uintptr_t arena, size_t threshold):
+    """Make NumPy place arrays of `threshold` bytes and more in `arena` (the
+    address of a cxl_arena that stays valid for good: Pool.arena_address);
+    once per process, later calls only change the threshold."""
     global hook, hook_capsule, previous
     if hook != NULL:
         hook.threshold = threshold
@@ -83,9 +78,7 @@ def install(uintptr_t address, size_t nbytes, size_t threshold, int fd=-1,
     cdef PyDataMem_Handler *handler = <PyDataMem_Handler *>malloc(sizeof(PyDataMem_Handler))
     if h == NULL or handler == NULL:
         raise MemoryError()
-    cxl_arena_init(&h.arena, <char *>address, 0, nbytes, dup(fd) if fd >= 0 else -1,
-                   fd_offset, <cxl_notice_fn>notice, HOOK_WHAT)
-    h.arena.wipe = wipe
+    h.arena = <cxl_arena *>arena
     h.threshold = threshold
     h.pool_allocs = 0
     memcpy(&h.fallback, &old.allocator, sizeof(PyDataMemAllocator))
@@ -111,7 +104,7 @@ def retire():
 
 def uninstall():
     """Give NumPy its previous handler back (arrays already in the pool stay
-    valid; their memory returns to the region when they are freed)."""
+    valid; their memory returns to the arena when they are freed)."""
     if hook != NULL and previous is not None:
         PyDataMem_SetHandler(previous)
 
@@ -122,12 +115,12 @@ def active():
 
 
 def stats():
-    """The hook's counters (zeros before install)."""
+    """The hook's counters and its arena's (zeros before install)."""
     if hook == NULL:
-        return {"threshold": 0, "region_bytes": 0, "free_bytes": 0, "live_arrays": 0,
+        return {"threshold": 0, "arena_bytes": 0, "free_bytes": 0, "live_arrays": 0,
                 "live_bytes": 0, "pool_allocs": 0}
-    return {"threshold": hook.threshold, "region_bytes": hook.arena.nbytes,
-            "free_bytes": cxl_arena_free_bytes(&hook.arena),
-            "live_arrays": cxl_arena_live_blocks(&hook.arena),
+    return {"threshold": hook.threshold, "arena_bytes": hook.arena.nbytes,
+            "free_bytes": cxl_arena_free_bytes(hook.arena),
+            "live_arrays": cxl_arena_live_blocks(hook.arena),
             "live_bytes": hook.arena.live_bytes,
             "pool_allocs": hook.pool_allocs}

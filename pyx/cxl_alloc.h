@@ -1,6 +1,7 @@
 /* cxl_alloc.h - a thread-safe first-fit allocator over one range of pool
- * memory (a rank's arena: cxlmpi.empty & co.; a region of it: the NumPy
- * allocation handler, NEP 49, also here).
+ * memory (a rank's arena of the node heap: cxlmpi.empty & co., and the
+ * NumPy allocation handler, NEP 49, also here, which allocates from the
+ * same arena).
  *
  * Safe against re-entry and threads: the allocator runs no Python code and
  * keeps its own mutex (NumPy may call the handler without the GIL, and a
@@ -287,7 +288,7 @@ typedef struct {
 } cxl_np_allocator;   /* the layout of NumPy's PyDataMemAllocator */
 
 typedef struct {
-    cxl_arena arena;
+    cxl_arena *arena;     /* the node heap's arena of this rank (a Pool's) */
     size_t threshold;
     cxl_np_allocator fallback;
     size_t pool_allocs;   /* arrays placed in the pool so far */
@@ -296,10 +297,10 @@ typedef struct {
 static void *cxl_hook_pool_alloc(cxl_hook *h, size_t size)
 {
     size_t off;
-    if (size < h->threshold || cxl_arena_alloc(&h->arena, size, 1, &off) != CXL_ALLOC_OK)
+    if (size < h->threshold || cxl_arena_alloc(h->arena, size, 1, &off) != CXL_ALLOC_OK)
         return NULL;
     __atomic_add_fetch(&h->pool_allocs, 1, __ATOMIC_RELAXED);
-    return h->arena.base + off;
+    return h->arena->base + off;
 }
 
 static void *cxl_hook_malloc(void *ctx, size_t size)
@@ -326,8 +327,8 @@ static void *cxl_hook_calloc(void *ctx, size_t nelem, size_t elsize)
 static void cxl_hook_free(void *ctx, void *ptr, size_t size)
 {
     cxl_hook *h = (cxl_hook *)ctx;
-    if (ptr && cxl_arena_owns(&h->arena, ptr))
-        cxl_arena_free(&h->arena, (size_t)((char *)ptr - h->arena.base));
+    if (ptr && cxl_arena_owns(h->arena, ptr))
+        cxl_arena_free(h->arena, (size_t)((char *)ptr - h->arena->base));
     else
         h->fallback.free(h->fallback.ctx, ptr, size);
 }
@@ -336,18 +337,18 @@ static void *cxl_hook_realloc(void *ctx, void *ptr, size_t new_size)
 {
     cxl_hook *h = (cxl_hook *)ctx;
     if (!ptr) return cxl_hook_malloc(ctx, new_size);
-    if (!cxl_arena_owns(&h->arena, ptr))
+    if (!cxl_arena_owns(h->arena, ptr))
         return h->fallback.realloc(h->fallback.ctx, ptr, new_size);
-    size_t off = (size_t)((char *)ptr - h->arena.base);
-    int mine = cxl_arena_mine(&h->arena);
+    size_t off = (size_t)((char *)ptr - h->arena->base);
+    int mine = cxl_arena_mine(h->arena);
     /* a forked child reads its private copy of the table unlocked: a
      * parent's thread may have held the lock at the fork */
-    size_t old = cxl_arena_block(&h->arena, off, mine);
+    size_t old = cxl_arena_block(h->arena, off, mine);
     if (mine && new_size <= old && new_size >= h->threshold) return ptr;
     void *p = cxl_hook_malloc(ctx, new_size);
     if (!p) return NULL;
     memcpy(p, ptr, old < new_size ? old : new_size);
-    cxl_arena_free(&h->arena, off);
+    cxl_arena_free(h->arena, off);
     return p;
 }
 

@@ -31,6 +31,9 @@ def test_numpy_arrays_land_in_the_pool(nranks: int) -> None:
         assert not got["small_in_pool"], (rank, got)
         assert got["allreduce_ok"] and got["bcast_ok"] and got["after_free_ok"], (rank, got)
         assert got["pool_allocs"] >= 4 and got["live_after_del"] == 0, (rank, got)
+        # the node heap: used in place by a Dup too; NumPy may fill the arena
+        assert got["dup_in_pool"] and got["dup_zerocopy"] == 1, (rank, got)
+        assert got["arena_bytes"] == 64 << 20 and got["most_of_arena_in_pool"], (rank, got)
 
 
 def test_off_by_default() -> None:

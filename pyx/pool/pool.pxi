@@ -72,13 +72,8 @@ pthread_atfork(NULL, NULL, after_fork_in_child)
 
 def warn_no_space(str what, size_t nbytes):
     """Say, once per process, that `nbytes` of pool memory for `what` could
-    not be had (later calls, and the NumPy hook's, stay silent)."""
+    not be had (later calls stay silent)."""
     cxl_no_space(what.encode(), nbytes)
-
-
-def no_space_notice():
-    """Address of the C function behind warn_no_space (for the NumPy hook)."""
-    return <uintptr_t>cxl_no_space
 
 
 cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
@@ -539,6 +534,17 @@ cdef class Pool:
     cdef _give_back(self, size_t off):
         """Return a block to the arena (a no-op in a forked child)."""
         cxl_arena_free(&self.arena, off)
+
+    def arena_address(self):
+        """The address of this rank's arena allocator (cxl_alloc.h), for
+        the NumPy hook (cxlmpi._alloc), which shares it: `keep` the pool
+        first."""
+        return <uintptr_t>&self.arena
+
+    def keep(self):
+        """Keep this pool's mapping, and its arena allocator, for as long as
+        the process lives (the NumPy hook hands out its memory)."""
+        self.live += 1
 
     def arena_free(self):
         """Free bytes in this rank's arena."""

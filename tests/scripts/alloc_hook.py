@@ -32,15 +32,24 @@ c = a * 2                                    # temporaries too
 root = size - 1
 world.Bcast(c, root)
 got["bcast_ok"] = bool(np.array_equal(c, np.arange(n) * 2.0 * size))
-dup = world.Dup()
+dup = world.Dup()                            # a derived communicator ...
 d = np.ones(n)
-dup.Allreduce(MPI.IN_PLACE, d)
+zc = cxlmpi.stats()["allreduce"]["zerocopy_calls"]
+dup.Allreduce(MPI.IN_PLACE, d)               # ... uses NumPy's arrays in place too
+got["dup_in_pool"] = cxlmpi.is_resident(d, comm=dup)
+got["dup_zerocopy"] = cxlmpi.stats()["allreduce"]["zerocopy_calls"] - zc
 dup.Free()
 d += 1
 got["after_free_ok"] = bool(np.all(d == size + 1))
 stats = alloc.stats()
 got["pool_allocs"] = stats["pool_allocs"]
 del a, b, c, d, want
+# NumPy's arrays may take the whole arena (7/8 of it here), not a share
+arena = alloc.stats()["arena_bytes"]
+many = [np.ones(1 << 19) for _ in range(arena * 7 // 8 // (4 << 20))] if arena else []
+got["arena_bytes"] = arena
+got["most_of_arena_in_pool"] = bool(many) and all(cxlmpi.is_resident(x) for x in many)
+del many
 got["live_after_del"] = alloc.stats()["live_arrays"]
 everyone = plain.gather(got, root=0)
 if rank == 0:
