@@ -160,9 +160,10 @@ VARIABLES: tuple[Variable, ...] = (
              "two data halves per rank); larger messages are pipelined.",
              agreed=True),
     Variable("CXLMPI_ARENA_SIZE", parse_size, "1G",
-             "Bytes per rank for pool-resident arrays (cxlmpi.empty & co.) in "
-             "each communicator's pool; address space only until used (0: "
-             "none).",
+             "Bytes per rank for pool-resident arrays (cxlmpi.empty & co., the "
+             "NumPy hook) in the node heap, one budget for every communicator "
+             "that shares it (a pool made before the heap has arenas of its "
+             "own); address space only until used (0: none).",
              agreed=True),
     Variable("CXLMPI_ZEROCOPY_THRESHOLD", parse_size, "256K",
              "Smallest Bcast, reduction or gather (bytes) that first asks "

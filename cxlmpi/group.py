@@ -40,8 +40,14 @@ from .hierarchy import Hierarchy
 
 __all__ = ["create_pool", "check_agreed", "disagreement", "node_heap", "detach_heap"]
 
-# This process's node heap (see above), made once; None before.
+# This process's node heap (see above); None before.  Every heap made, and
+# whether making one failed (tried once per process).  Threads that set up
+# communicators at once may each make one: the first made is the node heap,
+# the others serve their own communicator's pool only; all are given back
+# at exit.
 _heap: Pool | None = None
+_heaps: list[Pool] = []
+_heap_failed = False
 
 
 def check_agreed(comm: MPI.Intracomm, cfg: config.Config | None = None) -> None:
@@ -199,10 +205,10 @@ def node_heap() -> Pool | None:
 
 
 def detach_heap() -> None:
-    """The process is exiting: give the node heap's partition back (its
+    """The process is exiting: give the node heaps' partitions back (their
     arrays stay mapped until the process ends)."""
-    if _heap is not None:
-        _heap.detach()
+    for heap in _heaps:
+        heap.detach()
 
 
 def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
@@ -212,22 +218,29 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
     none of them has any and `comm` holds every rank of COMM_WORLD -- or
     None (the group's pool then gets arenas of its own).  The same answer on
     every rank of a group: it is reached from data they all hold."""
-    global _heap
+    global _heap, _heap_failed
     mine = node_heap()
-    ids = group.allgather(None if mine is None else mine.identity)
+    seen = group.allgather((None if mine is None else mine.identity, _heap_failed))
+    ids = [ident for ident, _ in seen]
     if ids[0] is not None and ids.count(ids[0]) == len(ids):
         shared = mine
     else:
         shared = None
     whole = _holds_world(comm)   # collective: every rank of comm, always
     make = (shared is None and whole and cfg.arena_size > 0 and group.Get_size() > 1
-            and all(i is None for i in ids))
+            and all(i is None for i in ids) and not any(failed for _, failed in seen))
     try:
         heap = _make_pool(comm, group, spec, cfg, spin, hosts, heap=True, make=make)
     except CXLMPIPoolError:
-        return None  # (raised on every rank) no room for it: arenas of its own
+        # (raised on every rank) no room for it: arenas of their own, and
+        # no second try (a full device would be asked again and again)
+        _heap_failed = True
+        return None
     if heap is not None:
-        _heap = shared = heap
+        _heaps.append(heap)
+        if _heap is None:
+            _heap = heap
+        shared = heap
     return shared
 
 

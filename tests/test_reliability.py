@@ -77,12 +77,21 @@ def test_fuzz_small_pool(nranks: int) -> None:
 # ------------------------------------------------------------- b. threads
 
 
-def test_threads_each_with_own_communicator() -> None:
+@pytest.mark.parametrize("pool", ["shm", "file"])
+def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
     """MPI_THREAD_MULTIPLE: three threads per rank, each on its own wrapped
     communicator, run pool Allreduce/Bcast/Allgather at the same time; every
-    result equals stock MPI's on the thread's own plain communicator."""
+    result equals stock MPI's on the thread's own plain communicator.  On a
+    pool file every partition is given back at exit -- the communicators'
+    and every node heap (threads setting pools up at once may each make
+    one)."""
+    from cxlmpi import backends
+
     nthreads, iterations = 3, 150
-    job = launch_mpi(2, [THREADS, str(nthreads), str(iterations)], env=SMALL_POOL_ENV,
+    env = dict(SMALL_POOL_ENV)
+    if pool == "file":
+        env["CXLMPI_POOL"] = f"file:{tmp_path / 'pool'}"
+    job = launch_mpi(2, [THREADS, str(nthreads), str(iterations)], env=env,
                      timeout=TIMEOUT)
     assert job.returncode == 0, job.describe()
     if job.stdout.startswith("SKIP "):
@@ -97,6 +106,10 @@ def test_threads_each_with_own_communicator() -> None:
         assert rep["pool_calls"] == {"allreduce": 2 * nthreads * iterations,
                                      "bcast": nthreads * iterations,
                                      "allgather": nthreads * iterations}, rep
+    if pool == "file":
+        dev = backends._open(backends.parse_spec(env["CXLMPI_POOL"]), create=False)
+        dev.check_header(format_if_empty=False)
+        assert dev.entries() == [], dev.entries()
 
 
 # ------------------------------------------------------------ c. security
