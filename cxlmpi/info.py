@@ -8,7 +8,7 @@ import os
 from mpi4py import MPI
 
 from . import admin, config
-from ._pool import cpu_features
+from ._pool import cpu_features, shmem_thp
 
 __all__ = ["report", "POOL_TABLE"]
 
@@ -41,6 +41,7 @@ def report() -> str:
         f"{cfg.pool_groups}   threshold: {cfg.threshold} B   coherence: {cfg.coherence}",
         f"pool memory: {admin.describe(cfg.pool)}",
         f"CPU features: {feats}",
+        f"huge pages for pool arrays: {_huge_pages()}",
         "",
     ]
     rows = [("variable", "value", "default", "ranks",
@@ -79,6 +80,19 @@ def report() -> str:
             f"[{window[0]}, {'inf' if window[1] is None else window[1]})"
         lines.append(f"  {name:<22} {shown}")
     return "\n".join(lines)
+
+
+def _huge_pages() -> str:
+    """What the kernel grants pool arrays (shared memory) in huge pages."""
+    mode = shmem_thp()
+    if mode in ("always", "within_size", "force"):
+        return f"yes (shmem_enabled: {mode})"
+    if mode == "advise":
+        return ("only for memory not reserved first (shmem_enabled: advise; pool memory "
+                "is reserved with fallocate: 4 KiB pages)")
+    return (f"no (shmem_enabled: {mode or 'unknown'}): 4 KiB pages, where NumPy's own "
+            f"large arrays get 2 MiB ones; a TLB-bound loop over pool arrays may run "
+            f"slower than over private ones")
 
 
 def _columns(rows: list[tuple[str, ...]]) -> list[str]:

@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness import (
@@ -421,6 +422,11 @@ def test_info(expected_info: dict) -> None:
     assert re.search(r"threshold: 8192 B\b", out)
     assert re.search(r"coherence: sw\b", out)
     assert re.search(r"^CPU features: \S", out, re.M)
+    # what the kernel allows pool arrays, from its own setting
+    thp = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+    mode = re.search(r"\[(\w+)\]", thp.read_text()).group(1) if thp.exists() else "unknown"
+    assert re.search(rf"^huge pages for pool arrays: (yes|no|only)\b.*shmem_enabled: {mode}\b",
+                     out, re.M), out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
             if line.startswith("CXLMPI_")}
     assert list(rows) == expected_info["variables"]

@@ -384,6 +384,8 @@ cdef class Pool:
         prefault(self.st.base, h.slot_offset,
                  min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
         if h.arena_nbytes:
+            if not self.emulated:
+                advise_huge(self.st.base, h.arena_offset, self.nbytes)
             cxl_arena_init(&self.arena, self.st.base,
                            h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
                            self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
