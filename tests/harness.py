@@ -236,3 +236,14 @@ def leaked_segments(before: list[str]) -> list[str]:
         return True
     return [n for n in our_segments()
             if n not in before and not alive(segment_creator(n))]
+
+
+# Small runs of each example (tests/test_runner.py, tests/test_alloc.py).
+EXAMPLES = {
+    "train_allreduce": ["--steps", "20", "--params", "200000", "--samples", "512",
+                        "--bucket-mib", "0.7", "--log-every", "10"],
+    "jacobi_solver": ["--nx", "128", "--ny", "64", "--maxiter", "100",
+                      "--log-every", "0"],
+    "pagerank": ["--nodes", "30000", "--log-every", "0"],
+    "kmeans": ["--clusters", "512", "--dim", "32", "--iters", "20", "--log-every", "0"],
+}

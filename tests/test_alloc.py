@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import ROOT, mpi_env, mpiexec, run_mpi
+from harness import EXAMPLES, ROOT, mpi_env, mpiexec, run_mpi
 
 SCRIPT = "tests/scripts/alloc_hook.py"
 ENV = {"CXLMPI_ZEROCOPY_THRESHOLD": "64K", "CXLMPI_ARENA_SIZE": "64M",
@@ -60,9 +60,11 @@ def test_forked_child_never_touches_the_parent_pool(pool: str, tmp_path) -> None
             assert got["attached"] == [0, 1], (rank, got)
 
 
-def _small_shm_job(env: dict[str, str]) -> subprocess.CompletedProcess:
-    """The job of tests/scripts/small_shm.py on 2 ranks in a private mount
-    namespace whose /dev/shm is a 64 MiB tmpfs (Docker's default)."""
+def _small_shm_job(env: dict[str, str], args: list[str] | None = None
+                   ) -> subprocess.CompletedProcess:
+    """The job of `python -m cxlmpi --alloc` with `args` (default
+    tests/scripts/small_shm.py) on 2 ranks in a private mount namespace
+    whose /dev/shm is a 64 MiB tmpfs (Docker's default)."""
     if shutil.which("unshare") is None:
         pytest.skip("no unshare")
     probe = subprocess.run(["unshare", "-m", "sh", "-c",
@@ -71,7 +73,8 @@ def _small_shm_job(env: dict[str, str]) -> subprocess.CompletedProcess:
     if probe.returncode != 0:
         pytest.skip("private mount namespaces are not permitted here")
     cmd = " ".join(shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, "-m",
-                                            "cxlmpi", "--alloc", "tests/scripts/small_shm.py"])
+                                            "cxlmpi", "--alloc",
+                                            *(args or ["tests/scripts/small_shm.py"])])
     return subprocess.run(
         ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {cmd}"],
         cwd=ROOT, env=mpi_env(env), capture_output=True, text=True, timeout=240)
@@ -90,3 +93,17 @@ def test_small_dev_shm_never_sigbus(pool_size: str) -> None:
     warnings = [x for x in out.stderr.splitlines() if x.startswith("cxlmpi: warning")]
     assert 1 <= len(warnings) <= 2, out.stderr[-4000:]
     assert "shared memory" in warnings[0], warnings
+
+
+@pytest.mark.parametrize("pool_size", ["64M", "4M"])
+@pytest.mark.parametrize("name", ["train_allreduce", "jacobi_solver", "pagerank", "kmeans"])
+def test_examples_on_a_small_dev_shm(name: str, pool_size: str) -> None:
+    """Every example under --alloc in a container's 64 MiB /dev/shm prints
+    stock MPI's RESULT: with the default pool (which does not fit: MPI
+    alone) and with a 4 MiB one (the pool fits, most arrays do not)."""
+    script = [f"examples/{name}.py", *EXAMPLES[name]]
+    stock = run_mpi(2, script)
+    out = _small_shm_job({"CXLMPI_POOL_SIZE": pool_size, "CXLMPI_TIMEOUT": "60"}, script)
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = [x for x in stock.stdout.splitlines() if x.startswith("RESULT ")]
+    assert len(result) == 1 and result[0] in out.stdout.splitlines(), out.stdout[-2000:]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from harness import (
+    EXAMPLES,
     ROOT,
     SCRIPTS,
     launch_mpi,
@@ -577,14 +578,6 @@ def test_stats_object_collectives(objects: str) -> None:
 # --------------------------------------------------------------- 7. examples
 
 
-EXAMPLES = {
-    "train_allreduce": ["--steps", "20", "--params", "200000", "--samples", "512",
-                        "--bucket-mib", "0.7", "--log-every", "10"],
-    "jacobi_solver": ["--nx", "128", "--ny", "64", "--maxiter", "100",
-                      "--log-every", "0"],
-    "pagerank": ["--nodes", "30000", "--log-every", "0"],
-    "kmeans": ["--clusters", "512", "--dim", "32", "--iters", "20", "--log-every", "0"],
-}
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
