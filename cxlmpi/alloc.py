@@ -4,7 +4,8 @@ unmodified program's collectives on them take the zero-copy paths.
     CXLMPI_ALLOC=1 mpiexec -n 4 python -m cxlmpi app.py     # or --alloc
     cxlmpi.alloc.enable()                                     # from a program
 
-Arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and more allocated by NumPy in this
+Arrays of CXLMPI_ALLOC_THRESHOLD (by default CXLMPI_ZEROCOPY_THRESHOLD)
+bytes and more allocated by NumPy in this
 thread (NumPy keeps its handler per context: threads started afterwards use
 NumPy's default) come from this rank's arena of the node heap (cxlmpi.group:
 used in place by every communicator whose ranks map it), the arena
@@ -39,7 +40,9 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None) -> b
     rank's arena of the heap `comm`'s pool uses.  False when the
     communicator has no pool (nothing to share)."""
     global _heap
-    threshold = config.get().zerocopy_threshold if threshold is None else threshold
+    cfg = config.get()
+    if threshold is None:
+        threshold = cfg.alloc_threshold or cfg.zerocopy_threshold
     if _heap is None:
         pool = arena_pool(comm)
         if pool is None or pool.inherited or pool.arena_free() < threshold:

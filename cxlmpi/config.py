@@ -233,6 +233,13 @@ VARIABLES: tuple[Variable, ...] = (
              "more in the node heap (NEP 49 allocation hook), so that "
              "unmodified programs get the zero-copy paths on every communicator.",
              agreed=True),
+    Variable("CXLMPI_ALLOC_THRESHOLD", parse_size, "0",
+             "Smallest array (bytes) the NumPy hook places in the pool (0: "
+             "CXLMPI_ZEROCOPY_THRESHOLD).  Apart from it, it tells what the "
+             "pool allocator gains from what zero copy gains: with "
+             "CXLMPI_ZEROCOPY_THRESHOLD=1024G the arrays are in the pool and the "
+             "collectives copy.",
+             agreed=False),
     Variable("CXLMPI_PROGRESS", _parse_bool, "1",
              "While a rank waits in the pool it calls MPI progress now and "
              "then, so that a peer waiting on it in MPI (RMA, a large send, a "
@@ -340,6 +347,7 @@ class Config:
     emulate_fault: str
     objects: bool
     alloc: bool
+    alloc_threshold: int
     progress: bool
     stats: bool
     disable: bool

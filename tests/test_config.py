@@ -35,6 +35,7 @@ OTHER_VALUES = {
     "CXLMPI_EMULATE_FAULT": "skip-flush",
     "CXLMPI_OBJECTS": "1",
     "CXLMPI_ALLOC": "1",
+    "CXLMPI_ALLOC_THRESHOLD": "1M",
     "CXLMPI_PROGRESS": "0",
     "CXLMPI_STATS": "1",
     "CXLMPI_DISABLE": "1",
@@ -44,10 +45,12 @@ OTHER_VALUES = {
 # (CXLMPI_CACHE: only rank 0 reads the cache, and hands it to the others).
 # Nor do the pool's permissions, the heartbeat and the emulator's seed and
 # faults: a rank that cannot open the pool file fails the set-up on every
-# rank, and each process beats (and emulates its caches) on its own.
+# rank, and each process beats (and emulates its caches) on its own.  Nor
+# the NumPy hook's threshold: where each rank's buffers live is exchanged in
+# a header step of every call that could use them in place.
 LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE",
          "CXLMPI_POOL_GROUP", "CXLMPI_HEARTBEAT", "CXLMPI_LEASE_BEATS",
-         "CXLMPI_EMULATE_SEED", "CXLMPI_EMULATE_FAULT"}
+         "CXLMPI_EMULATE_SEED", "CXLMPI_EMULATE_FAULT", "CXLMPI_ALLOC_THRESHOLD"}
 
 
 def test_agreed_is_a_required_field() -> None:
