@@ -36,6 +36,17 @@ def test_numpy_arrays_land_in_the_pool(nranks: int) -> None:
         assert got["arena_bytes"] == 64 << 20 and got["most_of_arena_in_pool"], (rank, got)
 
 
+def test_alloc_threshold_sets_the_hook_apart() -> None:
+    """CXLMPI_ALLOC_THRESHOLD above the script's 2 MiB arrays: the hook is
+    on, but they stay private (CXLMPI_ZEROCOPY_THRESHOLD still 64K); results
+    as stock MPI's."""
+    out = run_mpi(2, ["-m", "cxlmpi", "--alloc", SCRIPT],
+                  env=dict(ENV, CXLMPI_ALLOC_THRESHOLD="4M"))
+    for got in findings(out.stdout):
+        assert got["active"] and not got["a_in_pool"] and not got["b_in_pool"], got
+        assert got["allreduce_ok"] and got["bcast_ok"] and got["after_free_ok"], got
+
+
 def test_off_by_default() -> None:
     out = run_mpi(2, ["-m", "cxlmpi", SCRIPT], env=ENV)
     for got in findings(out.stdout):
