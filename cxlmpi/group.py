@@ -40,12 +40,10 @@ from .hierarchy import Hierarchy
 
 __all__ = ["create_pool", "check_agreed", "disagreement", "node_heap", "detach_heap"]
 
-# This process's node heap (see above); None before.  Every heap made, and
-# whether making one failed (tried once per process).  Threads that set up
-# communicators at once may each make one: the first made is the node heap,
-# the others serve their own communicator's pool only; all are given back
-# at exit.
-_heap: Pool | None = None
+# Every heap this process made, and whether making one failed (tried once
+# per process).  The first is the node heap (see above); threads that set
+# up communicators at once may each make one, and the others then serve
+# their own communicator's pool only.  All are given back at exit.
 _heaps: list[Pool] = []
 _heap_failed = False
 
@@ -199,9 +197,9 @@ def _groups(comm: MPI.Intracomm, local: MPI.Intracomm) -> list[list[int]]:
 def node_heap() -> Pool | None:
     """This process's node heap, None before it is made (or in a child
     made by fork(): the heap is its parent's)."""
-    if _heap is None or _heap.closed or _heap.inherited:
+    if not _heaps or _heaps[0].closed or _heaps[0].inherited:
         return None
-    return _heap
+    return _heaps[0]
 
 
 def detach_heap() -> None:
@@ -218,7 +216,7 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
     none of them has any and `comm` holds every rank of COMM_WORLD -- or
     None (the group's pool then gets arenas of its own).  The same answer on
     every rank of a group: it is reached from data they all hold."""
-    global _heap, _heap_failed
+    global _heap_failed
     mine = node_heap()
     seen = group.allgather((None if mine is None else mine.identity, _heap_failed))
     ids = [ident for ident, _ in seen]
@@ -227,7 +225,7 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
     else:
         shared = None
     whole = _holds_world(comm)   # collective: every rank of comm, always
-    make = (shared is None and whole and cfg.arena_size > 0 and group.Get_size() > 1
+    make = (shared is None and whole and cfg.arena_size > 0
             and all(i is None for i in ids) and not any(failed for _, failed in seen))
     try:
         heap = _make_pool(comm, group, spec, cfg, spin, hosts, heap=True, make=make)
@@ -238,8 +236,6 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
         return None
     if heap is not None:
         _heaps.append(heap)
-        if _heap is None:
-            _heap = heap
         shared = heap
     return shared
 

@@ -8,7 +8,7 @@ import os
 from mpi4py import MPI
 
 from . import admin, config
-from ._pool import cpu_features, shmem_thp
+from ._pool import cpu_features
 
 __all__ = ["report", "POOL_TABLE"]
 
@@ -82,9 +82,21 @@ def report() -> str:
     return "\n".join(lines)
 
 
+def _shmem_thp() -> str | None:
+    """What the kernel does with huge pages for shared memory
+    (/sys/kernel/mm/transparent_hugepage/shmem_enabled: always, within_size,
+    advise, never, deny, force), or None where it does not say."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
+            chosen = [w[1:-1] for w in f.read().split() if w.startswith("[")]
+    except OSError:
+        return None
+    return chosen[0] if chosen else None
+
+
 def _huge_pages() -> str:
     """What the kernel grants pool arrays (shared memory) in huge pages."""
-    mode = shmem_thp()
+    mode = _shmem_thp()
     if mode in ("always", "within_size", "force"):
         return f"yes (shmem_enabled: {mode})"
     if mode == "advise":

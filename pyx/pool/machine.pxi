@@ -19,23 +19,10 @@ cdef void advise_huge(char *base, size_t start, size_t end) noexcept nogil:
     """Ask for transparent huge pages on [start, end) of a mapping (the
     arenas: pool arrays are computed on as much as communicated, and a
     4 KiB page per TLB entry slows that down); granted only where the
-    kernel allows them for shared memory (shmem_thp())."""
+    kernel allows them for shared memory (`python -m cxlmpi --info`)."""
     start = (start + HUGE_NBYTES - 1) // HUGE_NBYTES * HUGE_NBYTES
     if end > start:
         madvise(base + start, end - start, MADV_HUGEPAGE)
-
-
-def shmem_thp():
-    """What the kernel does with huge pages for shared memory
-    (/sys/kernel/mm/transparent_hugepage/shmem_enabled: always, within_size,
-    advise, never, deny, force), or None where it does not say."""
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
-            text = f.read()
-    except OSError:
-        return None
-    chosen = [w[1:-1] for w in text.split() if w.startswith("[")]
-    return chosen[0] if chosen else None
 
 
 cdef void prefault(char *base, size_t start, size_t end) noexcept nogil:
