@@ -42,6 +42,7 @@ def report() -> str:
         f"pool memory: {admin.describe(cfg.pool)}",
         f"CPU features: {feats}",
         f"huge pages for pool arrays: {_huge_pages()}",
+        f"small calls passing through: {_straight(cfg)}",
         "",
     ]
     rows = [("variable", "value", "default", "ranks",
@@ -80,6 +81,19 @@ def report() -> str:
             f"[{window[0]}, {'inf' if window[1] is None else window[1]})"
         lines.append(f"  {name:<22} {shown}")
     return "\n".join(lines)
+
+
+def _straight(cfg: config.Config) -> str:
+    """How the calls that pass through reach MPI (see pyx/shim/direct.pxi)."""
+    from . import _shim
+
+    if cfg.disable:
+        return "through mpi4py (CXLMPI_DISABLE=1: cxlmpi is off)"
+    if _shim.straight_calls()[0]:
+        return ("straight to the MPI library's functions (bare contiguous buffers; other "
+                "message forms through mpi4py)")
+    return ("through mpi4py (the MPI library's collectives were not found where mpi4py's "
+            "calls resolve)")
 
 
 def _shmem_thp() -> str | None:

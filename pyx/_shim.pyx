@@ -76,6 +76,7 @@ cdef object _DATATYPE = MPI.Datatype
 cdef object _OP = MPI.Op
 cdef object _BYTE = MPI.BYTE
 cdef object _BOTTOM = MPI.BOTTOM
+cdef object _addressof = MPI._addressof
 # The stock collectives, looked up once (the pass-through calls them).
 cdef object _stock_barrier = MPI.Intracomm.Barrier
 cdef object _stock_bcast = MPI.Intracomm.Bcast
@@ -248,6 +249,10 @@ cdef Py_ssize_t bhi[NCOLL]
 cdef Py_ssize_t NEVER = PY_SSIZE_T_MAX
 cdef bint disabled = False
 cdef bint configured = False
+# Calls that pass through go straight to the MPI library (shim/direct.pxi):
+# its functions were `found`, and CXLMPI_DISABLE is off.
+cdef bint found = False
+cdef bint straight = False
 # Time passed-through calls too (CXLMPI_STATS=1); otherwise only pool calls
 # are timed, which keeps two clock reads off the small-message path.
 cdef bint time_all = False
@@ -265,7 +270,7 @@ cdef void set_windows(Py_ssize_t *los, Py_ssize_t *his, dict windows):
 
 def configure(cfg):
     """Take the settings the hot path needs (called by cxlmpi.config)."""
-    global disabled, configured, time_all, adaptive, hosts_apart, lo, hi, _sized_comm
+    global disabled, configured, time_all, adaptive, hosts_apart, lo, hi, _sized_comm, straight
     set_windows(lo1, hi1, cfg.windows())
     set_windows(lo2, hi2, cfg.windows(hosts=True))
     hosts_apart = _spec.parse_spec(cfg.pool).shared_file and (
@@ -276,6 +281,7 @@ def configure(cfg):
     set_windows(blo, bhi, _config.Config(dict(
         CXLMPI_TUNING="builtin", CXLMPI_THRESHOLD=str(cfg.threshold))).windows())
     disabled = cfg.disable
+    straight = found and not disabled
     time_all = cfg.stats
     configured = True
 
@@ -406,6 +412,15 @@ cdef tuple unpack(object msg, bint vector):
     return (o_buf, o_count, o_displ, o_type)
 
 
+cdef object format_type(str fmt):
+    """The MPI datatype mpi4py reads from a buffer format, or None."""
+    if fmt == "B":
+        return _BYTE
+    if fmt[:1] in ("<", "@", "="):
+        fmt = fmt[1:]
+    return TYPE_DICT.get(fmt)
+
+
 cdef Message get_buffer(object o_buf, object o_type, bint writable):
     """The buffer and element type of a message, or None."""
     cdef Message m = Message.__new__(Message)
@@ -419,13 +434,7 @@ cdef Message get_buffer(object o_buf, object o_type, bint writable):
     m.held = True
     cdef object dtype
     if o_type is None:
-        fmt = m.view.format.decode() if m.view.format != NULL else "B"
-        if fmt == "B":
-            dtype = _BYTE
-        else:
-            if fmt[:1] in ("<", "@", "="):
-                fmt = fmt[1:]
-            dtype = TYPE_DICT.get(fmt)
+        dtype = format_type(m.view.format.decode() if m.view.format != NULL else "B")
     else:
         dtype = lookup_type(o_type)
     if dtype is None:
@@ -605,14 +614,16 @@ cdef object _fail = None
 cdef object _sized_comm = None
 cdef object _sized_state = None
 cdef int _sized_rank = 0, _sized_size = 0
+cdef const void *_sized_where = NULL   # where mpi4py keeps its handle (see comm_handle)
 
 
 cdef inline int sized(object comm) except -1:
     global _sized_comm, _sized_rank, _sized_size, _sized_state, _marked_pool, _marked_fn, \
-        _marked_state
+        _marked_state, _sized_where
     if comm is not _sized_comm:
         _sized_rank = comm.Get_rank()
         _sized_size = comm.Get_size()
+        _sized_where = <const void *><uintptr_t>_addressof(comm)
         _sized_state = _states.get(comm.handle)
         if hosts_apart:
             set_table(_sized_state)
@@ -955,6 +966,7 @@ cdef int took(object state, int which, Py_ssize_t nbytes, int code, int zc,
 
 # ------------------------------------------------------------ collectives
 
+include "shim/direct.pxi"
 include "shim/run.pxi"
 include "shim/bcast.pxi"
 include "shim/reduce.pxi"

@@ -17,7 +17,7 @@ def Barrier(self):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_barrier(self)
+        pass_barrier(self)
         passed(BARRIER, t0)
     else:
         t = t0 = now()
@@ -44,7 +44,7 @@ def Bcast(self, buf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_bcast(self, buf, root)
+        pass_bcast(self, buf, root)
         passed(BCAST, t0)
     else:
         t = now()

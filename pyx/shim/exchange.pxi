@@ -40,7 +40,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_scatter(self, sendbuf, recvbuf, root)
+        pass_move(self, CXL_MPI_SCATTER, sendbuf, recvbuf, root)
         passed(SCATTER, t0)
     else:
         t = now()
@@ -110,7 +110,7 @@ def Alltoall(self, sendbuf, recvbuf):
     cdef double t0 = start(), t
     if disabled or skip(self, ALLTOALL, recvbuf):
         to_mpi(self)
-        _stock_alltoall(self, sendbuf, recvbuf)
+        pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1)
         passed(ALLTOALL, t0)
         return
     cdef Message send = None, recv = None
@@ -134,7 +134,7 @@ def Alltoall(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_alltoall(self, sendbuf, recvbuf)
+        pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1)
         passed(ALLTOALL, t0)
     else:
         t = now()
@@ -208,7 +208,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     if disabled or skip(self, REDUCE_SCATTER_BLOCK,
                         recvbuf if sendbuf is _IN_PLACE else sendbuf):
         to_mpi(self)
-        _stock_reduce_scatter_block(self, sendbuf, recvbuf, op)
+        pass_reduce_scatter_block(self, sendbuf, recvbuf, op)
         passed(REDUCE_SCATTER_BLOCK, t0)
         return
     cdef Message send = None, recv = None
@@ -236,7 +236,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_reduce_scatter_block(self, sendbuf, recvbuf, op)
+        pass_reduce_scatter_block(self, sendbuf, recvbuf, op)
         passed(REDUCE_SCATTER_BLOCK, t0)
     else:
         t = now()

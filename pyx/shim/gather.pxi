@@ -12,7 +12,7 @@ def Allgather(self, sendbuf, recvbuf):
     cdef double t0 = start(), t
     if disabled or skip(self, ALLGATHER, recvbuf):
         to_mpi(self)
-        _stock_allgather(self, sendbuf, recvbuf)
+        pass_move(self, CXL_MPI_ALLGATHER, sendbuf, recvbuf, -1)
         passed(ALLGATHER, t0)
         return
     cdef Message send = None, recv = None
@@ -34,7 +34,7 @@ def Allgather(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_allgather(self, sendbuf, recvbuf)
+        pass_move(self, CXL_MPI_ALLGATHER, sendbuf, recvbuf, -1)
         passed(ALLGATHER, t0)
     else:
         t = now()
@@ -131,7 +131,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_gather(self, sendbuf, recvbuf, root)
+        pass_move(self, CXL_MPI_GATHER, sendbuf, recvbuf, root)
         passed(GATHER, t0)
     else:
         t = now()

@@ -24,7 +24,7 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_reduce(self, sendbuf, recvbuf, op, root)
+        pass_reduce(self, CXL_MPI_REDUCE, sendbuf, recvbuf, op, root)
         passed(REDUCE, t0)
     else:
         t = now()
@@ -55,7 +55,7 @@ def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_allreduce(self, sendbuf, recvbuf, op)
+        pass_reduce(self, CXL_MPI_ALLREDUCE, sendbuf, recvbuf, op, -1)
         passed(ALLREDUCE, t0)
     else:
         t = now()
@@ -97,7 +97,8 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
         if code == 0:
             to_mpi(self)
         t = clock()
-        stock(self, sendbuf, recvbuf, op)
+        pass_reduce(self, CXL_MPI_EXSCAN if which == EXSCAN else CXL_MPI_SCAN, sendbuf,
+                    recvbuf, op, -1)
         passed(which, t0)
     else:
         t = now()

@@ -24,65 +24,69 @@ def _same_error(wrapped_call, plain_call, what: str) -> None:
     agree(got is not None and got == want, f"{what}: cxlmpi {got}, stock {want}")
 
 
-N = 4096
+@pytest.fixture(params=[4, 4096], ids=["small", "large"])
+def n(request) -> int:
+    """Elements per message: small ones pass through (straight to the MPI
+    library), large ones are the pool's where the settings allow."""
+    return request.param
 
 
-def test_recv_too_small(comm):
-    send = make_data(np.float64, N, 30)
-    _same_error(lambda: comm.Allreduce(send, np.zeros(N - 1)),
-                lambda: PLAIN.Allreduce(send, np.zeros(N - 1)), "recv too small")
+def test_recv_too_small(comm, n):
+    send = make_data(np.float64, n, 30)
+    _same_error(lambda: comm.Allreduce(send, np.zeros(n - 1)),
+                lambda: PLAIN.Allreduce(send, np.zeros(n - 1)), "recv too small")
 
 
-def test_count_mismatch(comm):
-    send = make_data(np.float64, N, 31)
-    _same_error(lambda: comm.Allreduce([send, N - 3, MPI.DOUBLE], np.zeros(N)),
-                lambda: PLAIN.Allreduce([send, N - 3, MPI.DOUBLE], np.zeros(N)),
+def test_count_mismatch(comm, n):
+    send = make_data(np.float64, n, 31)
+    _same_error(lambda: comm.Allreduce([send, n - 3, MPI.DOUBLE], np.zeros(n)),
+                lambda: PLAIN.Allreduce([send, n - 3, MPI.DOUBLE], np.zeros(n)),
                 "count mismatch")
 
 
-def test_type_mismatch(comm):
-    send = make_data(np.float64, N, 32)
-    _same_error(lambda: comm.Allreduce(send, np.zeros(N, np.int64)),
-                lambda: PLAIN.Allreduce(send, np.zeros(N, np.int64)), "type mismatch")
+def test_type_mismatch(comm, n):
+    send = make_data(np.float64, n, 32)
+    _same_error(lambda: comm.Allreduce(send, np.zeros(n, np.int64)),
+                lambda: PLAIN.Allreduce(send, np.zeros(n, np.int64)), "type mismatch")
 
 
-def test_readonly_recv(comm):
-    send = make_data(np.float64, N, 33)
-    recv = np.zeros(N)
+def test_readonly_recv(comm, n):
+    send = make_data(np.float64, n, 33)
+    recv = np.zeros(n)
     recv.setflags(write=False)
     _same_error(lambda: comm.Allreduce(send, recv),
                 lambda: PLAIN.Allreduce(send, recv), "read-only recv")
 
 
 @pytest.mark.parametrize("root", [-1, SIZE, SIZE + 5])
-def test_root_out_of_range(comm, root):
-    buf = np.zeros(N)
+def test_root_out_of_range(comm, n, root):
+    buf = np.zeros(n)
     _same_error(lambda: comm.Bcast(buf, root), lambda: PLAIN.Bcast(buf, root), "Bcast root")
-    _same_error(lambda: comm.Reduce(buf, np.zeros(N), MPI.SUM, root),
-                lambda: PLAIN.Reduce(buf, np.zeros(N), MPI.SUM, root), "Reduce root")
+    _same_error(lambda: comm.Reduce(buf, np.zeros(n), MPI.SUM, root),
+                lambda: PLAIN.Reduce(buf, np.zeros(n), MPI.SUM, root), "Reduce root")
 
 
-def test_op_not_defined_for_type(comm):
-    send = make_data(np.complex128, N, 34)
+def test_op_not_defined_for_type(comm, n):
+    send = make_data(np.complex128, n, 34)
     _same_error(lambda: comm.Allreduce(send, np.zeros_like(send), MPI.MAX),
                 lambda: PLAIN.Allreduce(send, np.zeros_like(send), MPI.MAX),
                 "MAX on complex")
-    flags = np.ones(N, np.bool_)
+    flags = np.ones(n, np.bool_)
     _same_error(lambda: comm.Allreduce(flags, np.zeros_like(flags), MPI.SUM),
                 lambda: PLAIN.Allreduce(flags, np.zeros_like(flags), MPI.SUM),
                 "SUM on bool")
 
 
-def test_unsupported_type_passes_through(comm):
+def test_unsupported_type_passes_through(comm, n):
     """long double and MINLOC pairs are not the pool's: stock results."""
-    send = make_data(np.float64, N, 35).astype(np.longdouble)
+    send = make_data(np.float64, n, 35).astype(np.longdouble)
     want = np.zeros_like(send)
     got = np.zeros_like(send)
     PLAIN.Allreduce(send, want)
     comm.Allreduce(send, got)
     agree(np.allclose(got, want), "long double")
-    pairs = np.zeros(N, dtype=[("v", "f8"), ("i", "i4")])
-    pairs["v"] = make_data(np.float64, N, 36)
+    pairs = np.zeros(n, dtype=[("v", "f8"), ("i", "i4")])
+    pairs["v"] = make_data(np.float64, n, 36)
     pairs["i"] = RANK
     want = np.zeros_like(pairs)
     got = np.zeros_like(pairs)
@@ -91,12 +95,12 @@ def test_unsupported_type_passes_through(comm):
     agree(np.array_equal(got, want), "MAXLOC")
 
 
-def test_user_op_passes_through(comm):
+def test_user_op_passes_through(comm, n):
     op = MPI.Op.Create(lambda a, b, t: np.add(np.frombuffer(a), np.frombuffer(b),
                                               out=np.frombuffer(b)), commute=True)
     try:
-        send = make_data(np.float64, N, 37)
-        want, got = np.zeros(N), np.zeros(N)
+        send = make_data(np.float64, n, 37)
+        want, got = np.zeros(n), np.zeros(n)
         PLAIN.Allreduce(send, want, op)
         comm.Allreduce(send, got, op)
         agree(np.allclose(got, want), "user op")
@@ -132,35 +136,40 @@ def _guarded(n: int, dtype=np.float64):
     return inner, untouched
 
 
-def test_freed_communicator(comm):
+def test_freed_communicator(comm, n):
+    """Also once used, and its handle perhaps given to a new communicator
+    (MPICH reuses them): the call is refused, not run on the new one."""
     dup = comm.Dup()
     plain_dup = MPI.Intracomm(PLAIN.Dup())
-    dup.Free()
+    send = make_data(np.float64, n, 39)
+    dup.Allreduce(send, np.zeros(n))
     plain_dup.Free()
-    recv, untouched = _guarded(N)
-    send = make_data(np.float64, N, 39)
+    dup.Free()          # the last handle freed: MPICH gives it to the next one made
+    newer = comm.Dup()
+    recv, untouched = _guarded(n)
     _same_error(lambda: dup.Allreduce(send, recv), lambda: plain_dup.Allreduce(send, recv),
                 "freed communicator")
     agree(untouched(), "nothing written around the receive buffer")
+    newer.Free()
 
 
-def test_non_contiguous_view(comm):
-    base = make_data(np.float64, 2 * N, 40)
+def test_non_contiguous_view(comm, n):
+    base = make_data(np.float64, 2 * n, 40)
     view = base[::2]
-    recv, untouched = _guarded(N)
+    recv, untouched = _guarded(n)
     _same_error(lambda: comm.Allreduce(view, recv), lambda: PLAIN.Allreduce(view, recv),
                 "strided send view")
-    out = np.zeros(2 * N)
-    _same_error(lambda: comm.Allreduce(make_data(np.float64, N, 41), out[::2]),
-                lambda: PLAIN.Allreduce(make_data(np.float64, N, 41), out[::2]),
+    out = np.zeros(2 * n)
+    _same_error(lambda: comm.Allreduce(make_data(np.float64, n, 41), out[::2]),
+                lambda: PLAIN.Allreduce(make_data(np.float64, n, 41), out[::2]),
                 "strided receive view")
     agree(untouched() and not out.any(), "nothing written")
 
 
-def test_aliased_send_and_receive(comm):
+def test_aliased_send_and_receive(comm, n):
     """The same buffer as send and receive without IN_PLACE: refused as by
     stock (MPICH: "buffers must not be aliased"), nothing written."""
-    buf = make_data(np.float64, N, 42)
+    buf = make_data(np.float64, n, 42)
     keep = buf.copy()
     got = _raises(lambda: comm.Allreduce(buf, buf))
     same_data = bool(np.array_equal(buf, keep))

@@ -6,7 +6,7 @@ also when mixed with pool collectives on the same communicator."""
 from __future__ import annotations
 
 import numpy as np
-from common import PLAIN, RANK, SIZE, agree, counts_for, make_data, same
+from common import CFG, PLAIN, RANK, SIZE, agree, counts_for, make_data, same
 from mpi4py import MPI
 
 import cxlmpi
@@ -119,3 +119,82 @@ def test_intercommunicator_collectives(comm):
     finally:
         inter.Free()
         local.Free()
+
+
+def test_small_calls_go_straight_to_the_library(comm):
+    """A small call with bare arrays that passes through goes straight to
+    the MPI library (no second parse by mpi4py): every collective that has
+    a straight path, results equal to stock's on the same data, and every
+    call that passed through counted as straight.  The forms left to
+    mpi4py (a list message, a v-collective, IN_PLACE outside reductions)
+    give stock's results and are not counted."""
+    from cxlmpi import _shim
+
+    n = 1   # element per block: below every pool window at 4 ranks
+    data = make_data(np.float64, n * SIZE, 76)
+    root = SIZE - 1
+
+    def bcast(c, out):
+        out[:n] = data[:n] if RANK == root else 0
+        c.Bcast(out[:n], root)
+
+    def in_place(c, out):
+        out[:n] = data[:n]
+        c.Allreduce(MPI.IN_PLACE, out[:n])
+
+    calls = [
+        ("barrier", lambda c, out: c.Barrier()),
+        ("bcast", bcast),
+        ("reduce", lambda c, out: c.Reduce(data[:n], out[:n], MPI.MAX, root)),
+        ("allreduce", lambda c, out: c.Allreduce(data[:n], out[:n], MPI.SUM)),
+        ("allreduce", in_place),
+        ("scan", lambda c, out: c.Scan(data[:n], out[:n], MPI.SUM)),
+        ("exscan", lambda c, out: c.Exscan(data[:n], out[:n], MPI.MIN)),
+        ("allgather", lambda c, out: c.Allgather(data[:n], out)),
+        ("gather", lambda c, out: c.Gather(data[:n], out, root)),
+        ("scatter", lambda c, out: c.Scatter(data, out[:n], root)),
+        ("alltoall", lambda c, out: c.Alltoall(data, out)),
+        ("reduce_scatter_block", lambda c, out: c.Reduce_scatter_block(data, out[:n])),
+    ]
+    on = _shim.straight_calls()[0]
+    ok = on == (not CFG.disable)
+    passed = 0
+    for name, call in calls:
+        want, got = np.full(n * SIZE, -1.0), np.full(n * SIZE, -1.0)
+        call(PLAIN, want)
+        before, passes = _shim.straight_calls()[1], passthrough_calls(name)
+        call(comm, got)
+        passes = passthrough_calls(name) - passes
+        passed += passes
+        straight = _shim.straight_calls()[1] - before
+        ok = report(ok and np.array_equal(got, want), f"{name}: result differs from stock")
+        ok = report(ok and straight == (passes if on else 0),
+                    f"{name}: {straight} straight of {passes} passed through")
+    # (only a Barrier can be the pool's at these sizes; not if the pool is off)
+    agree(ok and passed >= len(calls) - 1, f"straight path ({passed} calls passed through)")
+    # left to mpi4py: the same results, not counted
+    before = _shim.straight_calls()[1]
+    want, got = np.zeros(n * SIZE), np.zeros(n * SIZE)
+    PLAIN.Allreduce([data[:n], MPI.DOUBLE], [want[:n], MPI.DOUBLE])
+    comm.Allreduce([data[:n], MPI.DOUBLE], [got[:n], MPI.DOUBLE])
+    counts = [n] * SIZE
+    PLAIN.Allgatherv(data[:n], [want, counts])
+    comm.Allgatherv(data[:n], [got, counts])
+    ok = np.array_equal(got, want)
+    want[RANK * n:(RANK + 1) * n] = got[RANK * n:(RANK + 1) * n] = data[:n]
+    PLAIN.Allgather(MPI.IN_PLACE, want)
+    comm.Allgather(MPI.IN_PLACE, got)
+    ok &= np.array_equal(got, want)
+    agree(ok and _shim.straight_calls()[1] == before, "forms left to mpi4py")
+
+
+def passthrough_calls(name: str) -> int:
+    return int(cxlmpi.stats()[name]["passthrough_calls"])
+
+
+def report(ok: bool, what: str) -> bool:
+    """`ok`, said on this rank when false; all ranks agree on the verdict
+    at the end."""
+    if not ok:
+        print(f"rank {RANK}: {what}", flush=True)
+    return ok

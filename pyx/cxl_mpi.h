@@ -1,0 +1,139 @@
+/* The MPI library's own collectives, called straight from the shim for
+ * the calls that pass through (small messages), without going through
+ * mpi4py's method a second time.
+ *
+ * A pass-through call used to cost the shim's parsing and then all of
+ * mpi4py's: a second method dispatch, a second message parse.  Calling the
+ * library's function with the handles mpi4py holds does what mpi4py would
+ * do, minus that.  No MPI header and no MPI library at build time: the
+ * functions are looked up at run time where mpi4py's own calls resolve --
+ * the global scope first (a profiler preloaded with LD_PRELOAD, a library
+ * loaded RTLD_GLOBAL), then the libraries mpi4py's extension module was
+ * linked against -- and a handle is the machine word mpi4py exposes as
+ * `.handle`: an int where the library's handles are ints (MPICH's ABI), a
+ * pointer where they are pointers (Open MPI, the MPI-5 standard ABI).  One
+ * typed call per ABI, never a call through a mismatched prototype. */
+#ifndef CXL_MPI_H
+#define CXL_MPI_H
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef RTLD_DEFAULT
+#define RTLD_DEFAULT ((void *)0)
+#endif
+
+typedef intptr_t cxl_h;   /* an MPI handle (communicator, datatype, op) */
+
+enum {
+    CXL_MPI_BARRIER, CXL_MPI_BCAST, CXL_MPI_REDUCE, CXL_MPI_ALLREDUCE,
+    CXL_MPI_SCAN, CXL_MPI_EXSCAN, CXL_MPI_ALLGATHER, CXL_MPI_GATHER,
+    CXL_MPI_SCATTER, CXL_MPI_ALLTOALL, CXL_MPI_REDUCE_SCATTER_BLOCK, CXL_MPI_NFN
+};
+
+static const char *const cxl_mpi_names[CXL_MPI_NFN] = {
+    "MPI_Barrier", "MPI_Bcast", "MPI_Reduce", "MPI_Allreduce", "MPI_Scan",
+    "MPI_Exscan", "MPI_Allgather", "MPI_Gather", "MPI_Scatter", "MPI_Alltoall",
+    "MPI_Reduce_scatter_block",
+};
+
+static void *cxl_mpi_fn[CXL_MPI_NFN];
+static int cxl_mpi_int = 0;      /* handles are ints (else pointers) */
+static int cxl_mpi_ready = 0;
+
+/* Look the functions up; `module` is the path of mpi4py's extension module,
+ * `handle_bytes` the size of its handles (MPI._sizeof(MPI.Comm)).  1 when
+ * every function was found, 0 otherwise (the calls then stay with mpi4py). */
+static int cxl_mpi_resolve(const char *module, int handle_bytes)
+{
+    cxl_mpi_ready = 0;
+    if (handle_bytes != (int)sizeof(int) && handle_bytes != (int)sizeof(void *))
+        return 0;
+    cxl_mpi_int = handle_bytes == (int)sizeof(int) && sizeof(int) != sizeof(void *);
+    void *lib = dlopen(module, RTLD_LAZY | RTLD_NOLOAD);
+    for (int i = 0; i < CXL_MPI_NFN; i++) {
+        void *f = dlsym(RTLD_DEFAULT, cxl_mpi_names[i]);
+        if (!f && lib) f = dlsym(lib, cxl_mpi_names[i]);
+        if (!f) {
+            if (lib) dlclose(lib);
+            return 0;
+        }
+        cxl_mpi_fn[i] = f;
+    }
+    if (lib) dlclose(lib);   /* (RTLD_NOLOAD took a reference: mpi4py keeps it loaded) */
+    cxl_mpi_ready = 1;
+    return 1;
+}
+
+/* The handle stored at `where` (MPI._addressof of an mpi4py object: read at
+ * each call, so a freed communicator is seen as MPI_COMM_NULL, as stock). */
+static inline cxl_h cxl_mpi_read(const void *where)
+{
+    if (cxl_mpi_int) return (cxl_h) * (const int *)where;
+    return (cxl_h) * (void *const *)where;
+}
+
+#define CXL_I(h) ((int)(h))
+#define CXL_P(h) ((void *)(h))
+
+/* Each call in both ABIs: (the int form, the pointer form). */
+#define CXL_MPI_CALL(which, iproto, pproto, iargs, pargs) \
+    (cxl_mpi_int ? ((int (*) iproto)cxl_mpi_fn[which]) iargs \
+                 : ((int (*) pproto)cxl_mpi_fn[which]) pargs)
+
+static inline int cxl_mpi_barrier(cxl_h c)
+{
+    return CXL_MPI_CALL(CXL_MPI_BARRIER, (int), (void *), (CXL_I(c)), (CXL_P(c)));
+}
+
+static inline int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)
+{
+    return CXL_MPI_CALL(CXL_MPI_BCAST, (void *, int, int, int, int),
+                        (void *, int, void *, int, void *),
+                        (b, n, CXL_I(t), root, CXL_I(c)), (b, n, CXL_P(t), root, CXL_P(c)));
+}
+
+/* Reduce (root >= 0), Allreduce, Scan and Exscan (root < 0: `which`). */
+static inline int cxl_mpi_reduce(int which, const void *s, void *r, int n, cxl_h t, cxl_h op,
+                                 int root, cxl_h c)
+{
+    if (which == CXL_MPI_REDUCE)
+        return CXL_MPI_CALL(which, (const void *, void *, int, int, int, int, int),
+                            (const void *, void *, int, void *, void *, int, void *),
+                            (s, r, n, CXL_I(t), CXL_I(op), root, CXL_I(c)),
+                            (s, r, n, CXL_P(t), CXL_P(op), root, CXL_P(c)));
+    return CXL_MPI_CALL(which, (const void *, void *, int, int, int, int),
+                        (const void *, void *, int, void *, void *, void *),
+                        (s, r, n, CXL_I(t), CXL_I(op), CXL_I(c)),
+                        (s, r, n, CXL_P(t), CXL_P(op), CXL_P(c)));
+}
+
+/* Reduce_scatter_block: `n` elements to each rank. */
+static inline int cxl_mpi_reduce_scatter_block(const void *s, void *r, int n, cxl_h t, cxl_h op,
+                                               cxl_h c)
+{
+    return CXL_MPI_CALL(CXL_MPI_REDUCE_SCATTER_BLOCK,
+                        (const void *, void *, int, int, int, int),
+                        (const void *, void *, int, void *, void *, void *),
+                        (s, r, n, CXL_I(t), CXL_I(op), CXL_I(c)),
+                        (s, r, n, CXL_P(t), CXL_P(op), CXL_P(c)));
+}
+
+/* Allgather and Alltoall (root < 0: `which`), Gather and Scatter. */
+static inline int cxl_mpi_move(int which, const void *s, int sn, cxl_h st, void *r, int rn,
+                               cxl_h rt, int root, cxl_h c)
+{
+    if (root < 0)
+        return CXL_MPI_CALL(which, (const void *, int, int, void *, int, int, int),
+                            (const void *, int, void *, void *, int, void *, void *),
+                            (s, sn, CXL_I(st), r, rn, CXL_I(rt), CXL_I(c)),
+                            (s, sn, CXL_P(st), r, rn, CXL_P(rt), CXL_P(c)));
+    return CXL_MPI_CALL(which, (const void *, int, int, void *, int, int, int, int),
+                        (const void *, int, void *, void *, int, void *, int, void *),
+                        (s, sn, CXL_I(st), r, rn, CXL_I(rt), root, CXL_I(c)),
+                        (s, sn, CXL_P(st), r, rn, CXL_P(rt), root, CXL_P(c)));
+}
+
+#endif
