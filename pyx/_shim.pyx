@@ -302,12 +302,28 @@ _config.on_change(configure)
 
 # ---------------------------------------------------------- type tables
 
-# MPI datatype handle -> (type code, size); -1 = data movement only.
+# MPI datatype handle -> (type code, size, handle); code -1: data movement only.
 cdef dict TYPE_INFO = {}
+# The same, keyed by the address of mpi4py's predefined datatype objects
+# (MPI.DOUBLE; the typecode table's are the same objects), kept alive here:
+# a message's type found without reading its .handle (a Python property).
+cdef dict TYPE_OF = {}
+cdef list _TYPE_OBJECTS = []
 # typecode string -> MPI datatype (mpi4py's own table)
 cdef dict TYPE_DICT = dict(MPI._typedict)
-# MPI op handle -> op code
+# MPI op handle -> op code; by the address of mpi4py's predefined op objects
+# (MPI.SUM, kept alive in OP_CODES' names) -> (op code, handle).
 cdef dict OPS = {getattr(MPI, name).handle: code for name, code in OP_CODES.items()}
+cdef dict OPS_OF = {}
+
+
+def _add_ops():
+    for name, code in OP_CODES.items():
+        op = getattr(MPI, name)   # (a module constant: it lives as long as mpi4py)
+        OPS_OF[<Py_ssize_t><void *>op] = (code, op.handle)
+
+
+_add_ops()
 
 MOVE_ONLY = -1
 _SIGNED = ("SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T",
@@ -330,7 +346,12 @@ def _add_types(names, prefix):
             code = MOVE_ONLY
         else:
             code = TYPE_CODES.get(f"{prefix}{size * 8}", MOVE_ONLY)
-        TYPE_INFO[dtype.handle] = (code, size)
+        _add_type(dtype, code, size)
+
+
+def _add_type(dtype, code, size):
+    TYPE_INFO[dtype.handle] = TYPE_OF[<Py_ssize_t><void *>dtype] = (code, size, dtype.handle)
+    _TYPE_OBJECTS.append(dtype)
 
 
 _add_types(_SIGNED, "i")
@@ -339,16 +360,33 @@ _add_types(_FLOAT, "f")
 _add_types(_COMPLEX, "c")
 _add_types(_OPAQUE, None)
 if MPI.C_BOOL.Get_size() == 1:
-    TYPE_INFO[MPI.C_BOOL.handle] = (TYPE_CODES["bool"], 1)
-TYPE_INFO[MPI.BYTE.handle] = (TYPE_CODES["byte"], 1)
+    _add_type(MPI.C_BOOL, TYPE_CODES["bool"], 1)
+_add_type(MPI.BYTE, TYPE_CODES["byte"], 1)
+
+
+cdef inline tuple type_info(object dtype):
+    """(type code, size, handle) of an MPI datatype the pool knows, or None."""
+    info = TYPE_OF.get(<Py_ssize_t><void *>dtype)
+    if info is None:
+        info = TYPE_INFO.get(dtype.handle)
+    return info
 
 
 cpdef object op_code(object op):
     """Kernel op code of a predefined MPI op, or None (user-defined ops,
     MINLOC/MAXLOC, REPLACE and NO_OP pass through)."""
-    if not isinstance(op, _OP):
-        return None
-    return OPS.get(op.handle)
+    info = op_info(op)
+    return None if info is None else info[0]
+
+
+cdef inline tuple op_info(object op):
+    """(op code, handle) of a predefined MPI op, or None."""
+    info = OPS_OF.get(<Py_ssize_t><void *>op)
+    if info is None and isinstance(op, _OP):
+        code = OPS.get(op.handle)
+        if code is not None:
+            info = (code, op.handle)
+    return info
 
 
 # --------------------------------------------------------------- messages
@@ -363,6 +401,7 @@ cdef class Message:
     cdef readonly Py_ssize_t nbytes  # count x itemsize
     cdef readonly int tcode
     cdef readonly object datatype
+    cdef readonly Py_ssize_t handle   # the datatype's MPI handle
 
     def __dealloc__(self):
         if self.held:
@@ -439,11 +478,11 @@ cdef Message get_buffer(object o_buf, object o_type, bint writable):
         dtype = lookup_type(o_type)
     if dtype is None:
         return None
-    info = TYPE_INFO.get(dtype.handle)
+    info = type_info(dtype)
     if info is None:
         return None
     m.datatype = dtype
-    m.tcode, m.itemsize = info
+    m.tcode, m.itemsize, m.handle = info
     m.address = <uintptr_t>m.view.buf
     return m
 
@@ -458,11 +497,39 @@ cdef object outside(str what, object nbytes, Py_ssize_t length):
         f"pass counts and displacements that fit the buffer")
 
 
+cdef Message parse_typed(object o_buf, object dtype, tuple info, bint writable, int blocks):
+    """`parse` of the commonest list form, ``[buf, MPI.DOUBLE]`` (a
+    predefined datatype object, `info` its type_info): no format to read,
+    the count inferred from the length, as mpi4py infers it."""
+    if o_buf is None or o_buf is _BOTTOM or not PyObject_CheckBuffer(o_buf):
+        return None
+    cdef Message m = Message.__new__(Message)
+    try:
+        PyObject_GetBuffer(o_buf, &m.view,
+                           PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0))
+    except Exception:
+        return None
+    m.held = True
+    m.datatype = dtype
+    m.tcode, m.itemsize, m.handle = info
+    cdef Py_ssize_t n = m.view.len // m.itemsize, nblocks = blocks if blocks > 1 else 1
+    if m.view.len % m.itemsize or n % nblocks:
+        return None   # stock reports it (cannot infer the count)
+    m.address = <uintptr_t>m.view.buf
+    m.count = n // nblocks
+    m.nbytes = m.count * m.itemsize
+    return m
+
+
 cpdef Message parse(object msg, bint writable, int blocks=0):
     """A `Message` for `msg`, or None when the pool cannot take it (an
     unsupported datatype, a GPU buffer, MPI.BOTTOM, or a message that stock
     mpi4py rejects).  With `blocks` (the buffer holds one block per rank, as
     a Gather's receive buffer does), `count` is the count of one block."""
+    if (type(msg) is list or type(msg) is tuple) and len(msg) == 2:
+        info = TYPE_OF.get(<Py_ssize_t><void *>msg[1])
+        if info is not None:
+            return parse_typed(msg[0], msg[1], info, writable, blocks)
     parts = unpack(msg, False)
     if parts is None:
         return None

@@ -31,10 +31,10 @@ def Bcast(self, buf, int root=0):
     """Broadcast data from one process to all other processes."""
     enter(self)
     cdef double t0 = start(), t
-    cdef Message msg = None
+    cdef Message msg = None, parsed = None
     cdef int code = 0, zc = 0
     if not disabled and not skip(self, BCAST, buf) and 0 <= root < comm_size(self):
-        msg = parse(buf, root != comm_rank(self))
+        msg = parsed = parse(buf, root != comm_rank(self))
         if msg is not None and not within(BCAST, msg.nbytes):
             msg = None
     state = state_of(self, BCAST) if msg is not None else None
@@ -44,7 +44,7 @@ def Bcast(self, buf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_bcast(self, buf, root)
+        pass_bcast(self, buf, root, parsed, parsed is not None)
         passed(BCAST, t0)
     else:
         t = now()

@@ -1,11 +1,13 @@
 # The calls that pass through, made straight to the MPI library
-# (pyx/cxl_mpi.h) where the message is one mpi4py reads without surprises:
-# a bare contiguous buffer of a predefined type (IN_PLACE where a reduction
-# allows it).  mpi4py would parse that message again and call the same
-# function with the same arguments; everything else -- the list forms,
-# v-collectives, user-defined ops, a buffer mpi4py would refuse -- goes to
-# mpi4py's method, which reports the errors as stock does.  Each `pass_*`
-# function is the whole pass-through of one collective.
+# (pyx/cxl_mpi.h) where the shim has read the message as mpi4py reads it: a
+# message the method parsed (`parse`: every form mpi4py takes, with a
+# predefined type), or, where it parsed none (a small numpy array that
+# `skip` let by), a bare contiguous buffer of a predefined type; IN_PLACE
+# where a reduction allows it.  mpi4py would parse it again and call the
+# same function with the same arguments.  Everything else -- v-collectives,
+# user-defined ops, a buffer mpi4py would refuse -- goes to mpi4py's
+# method, which reports the errors as stock does.  Each `pass_*` function
+# is the whole pass-through of one collective.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 from libc.string cimport strcmp, strcpy, strlen
@@ -74,24 +76,27 @@ cdef fmt_entry *format_entry(const char *fmt):
     if strlen(fmt) >= 8 or nfmts == NFMT:
         return NULL
     dtype = format_type(fmt.decode())
-    info = TYPE_INFO.get(dtype.handle) if dtype is not None else None
+    info = type_info(dtype) if dtype is not None else None
     cdef fmt_entry *e = &fmts[nfmts]
     strcpy(e.fmt, fmt)
-    e.handle = dtype.handle if info is not None else 0
+    e.handle = info[2] if info is not None else 0
     e.size = info[1] if info is not None else 0
     nfmts += 1
     return e
 
 
 cdef struct Buf:
-    Py_buffer view
-    cxl_h type
+    void *buf
     Py_ssize_t count      # of one block
+    cxl_h type
+    bint held             # `view` is held (else a Message holds the buffer)
+    Py_buffer view
 
 
 cdef int hold(object obj, bint writable, Py_ssize_t blocks, Buf *b) except -1:
     """1: `obj` is a bare contiguous buffer of a predefined type, held in
     `b` with its count (per block, of `blocks`); 0: it is not, nothing held."""
+    b.held = False
     if not PyObject_CheckBuffer(obj):
         return 0
     cdef int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT
@@ -101,16 +106,43 @@ cdef int hold(object obj, bint writable, Py_ssize_t blocks, Buf *b) except -1:
         PyObject_GetBuffer(obj, &b.view, flags)
     except Exception:   # (mpi4py's method raises it again, as stock)
         return 0
-    cdef fmt_entry *e = format_entry(b.view.format if b.view.format != NULL else BYTE_FORMAT)
+    cdef fmt_entry *e = format_entry(<const char *>b.view.format if b.view.format != NULL
+                                     else BYTE_FORMAT)
     cdef Py_ssize_t n
     if e != NULL and e.size > 0 and b.view.len % e.size == 0:
         n = b.view.len // e.size
         if n % blocks == 0 and n // blocks <= INT_MAX:
+            b.buf = b.view.buf
             b.type = e.handle
             b.count = n // blocks
+            b.held = True
             return 1
     PyBuffer_Release(&b.view)
     return 0
+
+
+cdef inline int take_message(Message m, Buf *b) noexcept:
+    """1: `b` is the parsed message `m` (its buffer held by `m`); 0: none."""
+    b.held = False
+    if m is None or m.count > INT_MAX:
+        return 0
+    b.buf = <void *>m.address
+    b.count = m.count
+    b.type = m.handle
+    return 1
+
+
+cdef inline int get(object obj, Message m, bint parsed, bint writable, Py_ssize_t blocks,
+                    Buf *b) except -1:
+    """The message of `obj` for a straight call: the parsed `m` where the
+    method parsed (`parsed`), else a bare buffer held now."""
+    return take_message(m, b) if parsed else hold(obj, writable, blocks, b)
+
+
+cdef inline void release(Buf *b) noexcept:
+    if b.held:
+        PyBuffer_Release(&b.view)
+        b.held = False
 
 
 cdef inline cxl_h comm_handle(object comm) except? -1:
@@ -129,18 +161,10 @@ cdef inline int checked(int ierr) except -1:
     return 0
 
 
-cdef object _op_obj = None
-cdef cxl_h _op_h = 0
-
-
 cdef inline cxl_h op_handle(object op) except? -1:
     """A predefined op's handle (0: not one)."""
-    global _op_obj, _op_h
-    if op is not _op_obj:
-        if op_code(op) is None:
-            return 0
-        _op_obj, _op_h = op, op.handle
-    return _op_h
+    info = op_info(op)
+    return 0 if info is None else info[1]
 
 
 cdef int pass_barrier(object comm) except -1:
@@ -154,43 +178,48 @@ cdef int pass_barrier(object comm) except -1:
     return checked(ierr)
 
 
-cdef int pass_bcast(object comm, object buf, int root) except -1:
+cdef int pass_bcast(object comm, object buf, int root, Message m=None,
+                    bint parsed=False) except -1:
     cdef cxl_h c = comm_handle(comm) if straight else 0
     cdef Buf b
     cdef int ierr
     if c == 0 or not 0 <= root < comm_size(comm) or \
-            not hold(buf, root != comm_rank(comm), 1, &b):
+            not get(buf, m, parsed, root != comm_rank(comm), 1, &b):
         _stock_bcast(comm, buf, root)
         return 0
     with nogil:
-        ierr = cxl_mpi_bcast(b.view.buf, <int>b.count, b.type, root, c)
-    PyBuffer_Release(&b.view)
+        ierr = cxl_mpi_bcast(b.buf, <int>b.count, b.type, root, c)
+    release(&b)
     return checked(ierr)
 
 
 cdef int pass_reduce(object comm, int which, object sendbuf, object recvbuf, object op,
-                     int root) except -1:
-    """Reduce (root >= 0), Allreduce, Scan, Exscan (`which`: a CXL_MPI_*)."""
+                     int root, object plan=None) except -1:
+    """Reduce (root >= 0), Allreduce, Scan, Exscan (`which`: a CXL_MPI_*);
+    `plan`: plan_reduce's, where it parsed the messages."""
     cdef cxl_h c = comm_handle(comm) if straight else 0
     cdef cxl_h oph = op_handle(op) if c != 0 else 0
     cdef Buf s, r
     cdef bint rooted = which == CXL_MPI_REDUCE
     cdef bint receiving = not rooted or root == comm_rank(comm)
     cdef bint in_place = sendbuf is _IN_PLACE
+    cdef bint parsed = plan is not None
+    cdef Message ps = plan[0] if parsed else None, pr = plan[1] if parsed else None
     cdef int ierr, ok = 0
     if oph != 0 and (not rooted or 0 <= root < comm_size(comm)) and \
             (receiving or not in_place):
         if not receiving:
-            ok = hold(sendbuf, False, 1, &s)
-        elif hold(recvbuf, True, 1, &r):
+            ok = get(sendbuf, ps, parsed, False, 1, &s)
+        elif get(recvbuf, pr, parsed, True, 1, &r):
             if in_place:
                 ok = 1
-            elif hold(sendbuf, False, 1, &s):
+            elif get(sendbuf, ps, parsed, False, 1, &s):
+                # (a plan checked these, and that the buffers do not overlap)
                 ok = s.type == r.type and s.count == r.count
                 if not ok:
-                    PyBuffer_Release(&s.view)
+                    release(&s)
             if not ok:
-                PyBuffer_Release(&r.view)
+                release(&r)
     if not ok:
         if which == CXL_MPI_REDUCE:
             _stock_reduce(comm, sendbuf, recvbuf, op, root)
@@ -201,45 +230,49 @@ cdef int pass_reduce(object comm, int which, object sendbuf, object recvbuf, obj
         else:
             _stock_exscan(comm, sendbuf, recvbuf, op)
         return 0
-    cdef const void *sp = IN_PLACE_P if in_place else s.view.buf
-    cdef void *rp = r.view.buf if receiving else NULL
+    cdef const void *sp = IN_PLACE_P if in_place else s.buf
+    cdef void *rp = r.buf if receiving else NULL
     cdef Py_ssize_t n = r.count if receiving else s.count
     cdef cxl_h t = r.type if receiving else s.type
     with nogil:
         ierr = cxl_mpi_reduce(which, sp, rp, <int>n, t, oph, root, c)
     if not in_place:
-        PyBuffer_Release(&s.view)
+        release(&s)
     if receiving:
-        PyBuffer_Release(&r.view)
+        release(&r)
     return checked(ierr)
 
 
-cdef int pass_reduce_scatter_block(object comm, object sendbuf, object recvbuf,
-                                   object op) except -1:
+cdef int pass_reduce_scatter_block(object comm, object sendbuf, object recvbuf, object op,
+                                   Message ps=None, Message pr=None,
+                                   bint parsed=False) except -1:
     cdef cxl_h c = comm_handle(comm) if straight else 0
     cdef cxl_h oph = op_handle(op) if c != 0 else 0
     cdef Buf s, r
     cdef int ierr, ok = 0
     cdef int size = comm_size(comm)
-    if oph != 0 and sendbuf is not _IN_PLACE and hold(recvbuf, True, 1, &r):
-        if hold(sendbuf, False, size, &s):
+    if oph != 0 and sendbuf is not _IN_PLACE and get(recvbuf, pr, parsed, True, 1, &r):
+        if get(sendbuf, ps, parsed, False, size, &s):
             ok = s.type == r.type and s.count == r.count
             if not ok:
-                PyBuffer_Release(&s.view)
+                release(&s)
         if not ok:
-            PyBuffer_Release(&r.view)
+            release(&r)
     if not ok:
         _stock_reduce_scatter_block(comm, sendbuf, recvbuf, op)
         return 0
     with nogil:
-        ierr = cxl_mpi_reduce_scatter_block(s.view.buf, r.view.buf, <int>r.count, r.type, oph, c)
-    PyBuffer_Release(&s.view)
-    PyBuffer_Release(&r.view)
+        ierr = cxl_mpi_reduce_scatter_block(s.buf, r.buf, <int>r.count, r.type, oph, c)
+    release(&s)
+    release(&r)
     return checked(ierr)
 
 
-cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int root) except -1:
-    """Allgather and Alltoall (root < 0), Gather and Scatter (`which`)."""
+cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int root,
+                   Message ps=None, Message pr=None, bint parsed=False) except -1:
+    """Allgather and Alltoall (root < 0), Gather and Scatter (`which`);
+    `ps`, `pr`: the messages the method parsed (`parsed`), those MPI reads
+    on this rank."""
     cdef cxl_h c = comm_handle(comm) if straight else 0
     cdef Buf s, r
     cdef int size = comm_size(comm), ierr, ok = 0
@@ -253,11 +286,11 @@ cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int r
     cdef Py_ssize_t rblocks = size if which != CXL_MPI_SCATTER else 1
     if c != 0 and (not rooted or 0 <= root < size) and \
             sendbuf is not _IN_PLACE and recvbuf is not _IN_PLACE:
-        ok = not sending or hold(sendbuf, False, sblocks, &s)
+        ok = not sending or get(sendbuf, ps, parsed, False, sblocks, &s)
         if ok and receiving:
-            ok = hold(recvbuf, True, rblocks, &r)
+            ok = get(recvbuf, pr, parsed, True, rblocks, &r)
             if not ok and sending:
-                PyBuffer_Release(&s.view)
+                release(&s)
     if not ok:
         if which == CXL_MPI_ALLGATHER:
             _stock_allgather(comm, sendbuf, recvbuf)
@@ -268,14 +301,14 @@ cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int r
         else:
             _stock_scatter(comm, sendbuf, recvbuf, root)
         return 0
-    cdef const void *sp = s.view.buf if sending else NULL
-    cdef void *rp = r.view.buf if receiving else NULL
+    cdef const void *sp = s.buf if sending else NULL
+    cdef void *rp = r.buf if receiving else NULL
     cdef Py_ssize_t sn = s.count if sending else 0, rn = r.count if receiving else 0
     cdef cxl_h st = s.type if sending else BYTE_H, rt = r.type if receiving else BYTE_H
     with nogil:
         ierr = cxl_mpi_move(which, sp, <int>sn, st, rp, <int>rn, rt, root if rooted else -1, c)
     if sending:
-        PyBuffer_Release(&s.view)
+        release(&s)
     if receiving:
-        PyBuffer_Release(&r.view)
+        release(&r)
     return checked(ierr)

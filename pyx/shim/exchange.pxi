@@ -14,9 +14,11 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
+    cdef bint parsed = False
     if not disabled and lo[SCATTER] != NEVER and 0 <= root < size and \
             not (skip(self, SCATTER, sendbuf) if rank == root
                  else skip(self, SCATTER, recvbuf, size)):
+        parsed = True
         if rank == root:
             send = parse(sendbuf, False, size)
             if send is not None:
@@ -40,7 +42,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_move(self, CXL_MPI_SCATTER, sendbuf, recvbuf, root)
+        pass_move(self, CXL_MPI_SCATTER, sendbuf, recvbuf, root, send, recv, parsed)
         passed(SCATTER, t0)
     else:
         t = now()
@@ -119,12 +121,12 @@ def Alltoall(self, sendbuf, recvbuf):
     recv = parse(recvbuf, True, size)
     if recv is not None:
         block = recv.nbytes
-        if not within(ALLTOALL, block * size):
-            block = -1
-        elif sendbuf is not _IN_PLACE:
+        if sendbuf is not _IN_PLACE:
             send = parse(sendbuf, False, size)
             if send is None or send.nbytes != block:
                 block = -1
+        if block >= 0 and not within(ALLTOALL, block * size):
+            block = -1
     state = state_of(self, ALLTOALL) if block >= 0 else None
     if state is not None:
         code = take(self, state, ALLTOALL, block * size, -1,
@@ -134,7 +136,7 @@ def Alltoall(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1)
+        pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1, send, recv, recv is not None)
         passed(ALLTOALL, t0)
     else:
         t = now()
@@ -211,17 +213,17 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         pass_reduce_scatter_block(self, sendbuf, recvbuf, op)
         passed(REDUCE_SCATTER_BLOCK, t0)
         return
-    cdef Message send = None, recv = None
+    cdef Message send = None, recv = None, pr = None
     cdef int size = comm_size(self), code = 0, zc = 0
     opc = op_code(op)
     if opc is not None:
         if sendbuf is _IN_PLACE:
             recv = parse(recvbuf, True, size)
         else:
-            recv = parse(recvbuf, True)
+            pr = recv = parse(recvbuf, True)
             send = parse(sendbuf, False, size) if recv is not None else None
             if send is None or send.count != recv.count or \
-                    send.datatype.handle != recv.datatype.handle:
+                    send.handle != recv.handle:
                 recv = None
         if recv is None or \
                 not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
@@ -236,7 +238,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_reduce_scatter_block(self, sendbuf, recvbuf, op)
+        pass_reduce_scatter_block(self, sendbuf, recvbuf, op, send, pr, pr is not None)
         passed(REDUCE_SCATTER_BLOCK, t0)
     else:
         t = now()
@@ -283,7 +285,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         elif recv is not None:
             send = parse(sendbuf, False)
             if send is None or send.count != total or recv.count != counts[rank] \
-                    or send.datatype.handle != recv.datatype.handle:
+                    or send.handle != recv.handle:
                 recv = None
         if recv is None or not within(REDUCE_SCATTER, total * recv.itemsize) or \
                 recv.tcode < 0 or not reducer_defined(opc, recv.tcode):

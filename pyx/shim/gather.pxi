@@ -15,15 +15,14 @@ def Allgather(self, sendbuf, recvbuf):
         pass_move(self, CXL_MPI_ALLGATHER, sendbuf, recvbuf, -1)
         passed(ALLGATHER, t0)
         return
-    cdef Message send = None, recv = None
+    cdef Message send = None, recv = None, pr
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    recv = parse(recvbuf, True, size)
-    if recv is not None and within(ALLGATHER, recv.nbytes * size):
-        if sendbuf is not _IN_PLACE:
-            send = parse(sendbuf, False)
-            if send is None or send.nbytes != recv.nbytes:
-                recv = None
-    else:
+    pr = recv = parse(recvbuf, True, size)
+    if recv is not None and sendbuf is not _IN_PLACE:
+        send = parse(sendbuf, False)
+        if send is None or send.nbytes != recv.nbytes:
+            recv = None
+    if recv is not None and not within(ALLGATHER, recv.nbytes * size):
         recv = None
     state = state_of(self, ALLGATHER) if recv is not None else None
     if state is not None:
@@ -34,7 +33,7 @@ def Allgather(self, sendbuf, recvbuf):
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_move(self, CXL_MPI_ALLGATHER, sendbuf, recvbuf, -1)
+        pass_move(self, CXL_MPI_ALLGATHER, sendbuf, recvbuf, -1, send, pr, pr is not None)
         passed(ALLGATHER, t0)
     else:
         t = now()
@@ -105,9 +104,11 @@ def Gather(self, sendbuf, recvbuf, int root=0):
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
+    cdef bint parsed = False
     if not disabled and lo[GATHER] != NEVER and 0 <= root < size and \
             not (skip(self, GATHER, recvbuf) if rank == root
                  else skip(self, GATHER, sendbuf, size)):
+        parsed = True
         if rank == root:
             recv = parse(recvbuf, True, size)
             if recv is not None:
@@ -131,7 +132,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_move(self, CXL_MPI_GATHER, sendbuf, recvbuf, root)
+        pass_move(self, CXL_MPI_GATHER, sendbuf, recvbuf, root, send, recv, parsed)
         passed(GATHER, t0)
     else:
         t = now()

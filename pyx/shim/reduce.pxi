@@ -15,16 +15,16 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     if not skip(self, REDUCE, recvbuf if sendbuf is _IN_PLACE else sendbuf) and \
             0 <= root < comm_size(self):
         plan = plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root == comm_rank(self))
-    state = state_of(self, REDUCE) if plan is not None else None
+    state = state_of(self, REDUCE) if plan is not None and plan[3] else None
     if state is not None:
-        send, recv, opc = plan
+        send, recv, opc, _ = plan
         code = take(self, state, REDUCE, send.nbytes, root, send.address, send.nbytes,
                     recv.address if recv is not None else 0, send.nbytes)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_reduce(self, CXL_MPI_REDUCE, sendbuf, recvbuf, op, root)
+        pass_reduce(self, CXL_MPI_REDUCE, sendbuf, recvbuf, op, root, plan)
         passed(REDUCE, t0)
     else:
         t = now()
@@ -46,16 +46,16 @@ def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
     cdef Message send, recv
     cdef int code = 0, zc = 0
     plan = plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, True)
-    state = state_of(self, ALLREDUCE) if plan is not None else None
+    state = state_of(self, ALLREDUCE) if plan is not None and plan[3] else None
     if state is not None:
-        send, recv, opc = plan
+        send, recv, opc, _ = plan
         code = take(self, state, ALLREDUCE, send.nbytes, -1, send.address, send.nbytes,
                     recv.address, recv.nbytes)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_reduce(self, CXL_MPI_ALLREDUCE, sendbuf, recvbuf, op, -1)
+        pass_reduce(self, CXL_MPI_ALLREDUCE, sendbuf, recvbuf, op, -1, plan)
         passed(ALLREDUCE, t0)
     else:
         t = now()
@@ -89,16 +89,16 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
     cdef int code = 0, zc = 0
     stock = _stock_exscan if which == EXSCAN else _stock_scan
     plan = plan_reduce(self, which, sendbuf, recvbuf, op, True)
-    state = state_of(self, which) if plan is not None else None
+    state = state_of(self, which) if plan is not None and plan[3] else None
     if state is not None:
-        send, recv, opc = plan
+        send, recv, opc, _ = plan
         code = take(self, state, which, send.nbytes, -1)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
         pass_reduce(self, CXL_MPI_EXSCAN if which == EXSCAN else CXL_MPI_SCAN, sendbuf,
-                    recvbuf, op, -1)
+                    recvbuf, op, -1, plan)
         passed(which, t0)
     else:
         t = now()

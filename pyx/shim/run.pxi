@@ -166,8 +166,10 @@ def run_pool(comm, method, *args):
 
 cdef inline object plan_reduce(object comm, int which, object sendbuf, object recvbuf,
                                object op, bint receiving):
-    """(send, recv, op code) when the pool can take this reduction; `send`
-    stands for the receive buffer when sendbuf is IN_PLACE."""
+    """(send, recv, op code, whether the pool can take it) when the
+    messages are parsed (they go straight to MPI where the pool does not
+    take the call), None otherwise; `send` stands for the receive buffer
+    when sendbuf is IN_PLACE."""
     cdef Message send, recv = None
     if disabled or skip(comm, which, recvbuf if receiving and sendbuf is _IN_PLACE
                         else sendbuf):
@@ -184,14 +186,12 @@ cdef inline object plan_reduce(object comm, int which, object sendbuf, object re
         else:
             send = parse(sendbuf, False)
             if (send is None or send.count != recv.count
-                    or send.datatype.handle != recv.datatype.handle
+                    or send.handle != recv.handle
                     or overlap(send, recv)):
                 return None
     else:
         send = parse(sendbuf, False)
         if send is None:
             return None
-    if not within(which, send.nbytes) or send.tcode < 0 \
-            or not reducer_defined(opc, send.tcode):
-        return None
-    return send, recv, opc
+    return send, recv, opc, within(which, send.nbytes) and send.tcode >= 0 \
+        and reducer_defined(opc, send.tcode)

@@ -122,12 +122,12 @@ def test_intercommunicator_collectives(comm):
 
 
 def test_small_calls_go_straight_to_the_library(comm):
-    """A small call with bare arrays that passes through goes straight to
-    the MPI library (no second parse by mpi4py): every collective that has
-    a straight path, results equal to stock's on the same data, and every
-    call that passed through counted as straight.  The forms left to
-    mpi4py (a list message, a v-collective, IN_PLACE outside reductions)
-    give stock's results and are not counted."""
+    """A small call that passes through goes straight to the MPI library
+    (no second parse by mpi4py): every collective that has a straight path,
+    bare arrays and list messages, results equal to stock's on the same
+    data, and every call that passed through counted as straight.  The
+    calls left to mpi4py (a v-collective, IN_PLACE outside reductions, a
+    user-defined op) give stock's results and are not counted."""
     from cxlmpi import _shim
 
     n = 1   # element per block: below every pool window at 4 ranks
@@ -155,6 +155,10 @@ def test_small_calls_go_straight_to_the_library(comm):
         ("scatter", lambda c, out: c.Scatter(data, out[:n], root)),
         ("alltoall", lambda c, out: c.Alltoall(data, out)),
         ("reduce_scatter_block", lambda c, out: c.Reduce_scatter_block(data, out[:n])),
+        # list messages: parsed once, by the shim
+        ("allreduce", lambda c, out: c.Allreduce([data[:n], MPI.DOUBLE], [out[:n], "d"])),
+        ("gather", lambda c, out: c.Gather([data, n, MPI.DOUBLE], [out, n, MPI.DOUBLE], root)),
+        ("alltoall", lambda c, out: c.Alltoall([data, MPI.DOUBLE], [out, MPI.DOUBLE])),
     ]
     on = _shim.straight_calls()[0]
     ok = on == (not CFG.disable)
@@ -175,8 +179,6 @@ def test_small_calls_go_straight_to_the_library(comm):
     # left to mpi4py: the same results, not counted
     before = _shim.straight_calls()[1]
     want, got = np.zeros(n * SIZE), np.zeros(n * SIZE)
-    PLAIN.Allreduce([data[:n], MPI.DOUBLE], [want[:n], MPI.DOUBLE])
-    comm.Allreduce([data[:n], MPI.DOUBLE], [got[:n], MPI.DOUBLE])
     counts = [n] * SIZE
     PLAIN.Allgatherv(data[:n], [want, counts])
     comm.Allgatherv(data[:n], [got, counts])
@@ -185,7 +187,15 @@ def test_small_calls_go_straight_to_the_library(comm):
     PLAIN.Allgather(MPI.IN_PLACE, want)
     comm.Allgather(MPI.IN_PLACE, got)
     ok &= np.array_equal(got, want)
-    agree(ok and _shim.straight_calls()[1] == before, "forms left to mpi4py")
+    op = MPI.Op.Create(lambda a, b, t: np.maximum(np.frombuffer(a), np.frombuffer(b),
+                                                  out=np.frombuffer(b)), commute=True)
+    try:
+        PLAIN.Allreduce(data[:n], want[:n], op)
+        comm.Allreduce(data[:n], got[:n], op)
+    finally:
+        op.Free()
+    ok &= np.array_equal(got, want)
+    agree(ok and _shim.straight_calls()[1] == before, "calls left to mpi4py")
 
 
 def passthrough_calls(name: str) -> int:
