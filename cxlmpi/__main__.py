@@ -25,7 +25,9 @@ usage: python -m cxlmpi [options] <pyfile> [arg] ...
 options:
   --stats            print per-collective statistics at exit (CXLMPI_STATS=1)
   --no-pool          pass every call through to MPI (CXLMPI_DISABLE=1)
-  --alloc            NumPy places large arrays in the pool (CXLMPI_ALLOC=1)
+  --alloc            NumPy places large arrays in the pool (CXLMPI_ALLOC=1; the
+                     default where pool memory gets huge pages: --info)
+  --no-alloc         NumPy's own allocator for every array (CXLMPI_ALLOC=0)
   --threshold SIZE   smallest message through the pool (CXLMPI_THRESHOLD)
   --pool-size SIZE   bytes of each pool segment (CXLMPI_POOL_SIZE)
   --coherence MODE   auto, hw, sw or emulate (CXLMPI_COHERENCE)
@@ -77,6 +79,8 @@ def _parse(argv: list[str]) -> tuple[str, list[str]]:
             os.environ["CXLMPI_DISABLE"] = "1"
         elif arg == "--alloc":
             os.environ["CXLMPI_ALLOC"] = "1"
+        elif arg == "--no-alloc":
+            os.environ["CXLMPI_ALLOC"] = "0"
         elif arg.split("=", 1)[0] in _VALUE_OPTIONS:
             name, eq, value = arg.partition("=")
             if not eq:

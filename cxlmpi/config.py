@@ -43,6 +43,13 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r} (use 1 or 0)")
 
 
+def _parse_alloc(text: str) -> bool | None:
+    """CXLMPI_ALLOC: True, False, or None for auto."""
+    if text.strip().lower() == "auto":
+        return None
+    return _parse_bool(text)
+
+
 COHERENCE_MODES = ("auto", "hw", "sw", "emulate")
 
 
@@ -228,10 +235,13 @@ VARIABLES: tuple[Variable, ...] = (
              "and a second pickling (measured 1.5-2.4x stock on a float "
              "allreduce).",
              agreed=True),
-    Variable("CXLMPI_ALLOC", _parse_bool, "0",
+    Variable("CXLMPI_ALLOC", _parse_alloc, "auto",
              "Make NumPy place arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and "
              "more in the node heap (NEP 49 allocation hook), so that "
-             "unmodified programs get the zero-copy paths on every communicator.",
+             "unmodified programs get the zero-copy paths on every communicator: "
+             "1 on, 0 off, auto (the default) on where every rank's pool memory "
+             "gets huge pages (--info says), off elsewhere: on 4 KiB pages "
+             "TLB-bound code runs slower on pool arrays than on NumPy's own.",
              agreed=True),
     Variable("CXLMPI_ALLOC_THRESHOLD", parse_size, "0",
              "Smallest array (bytes) the NumPy hook places in the pool (0: "
@@ -346,7 +356,7 @@ class Config:
     emulate_seed: int
     emulate_fault: str
     objects: bool
-    alloc: bool
+    alloc: bool | None   # None: auto (where pool memory gets huge pages)
     alloc_threshold: int
     progress: bool
     stats: bool

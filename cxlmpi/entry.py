@@ -7,6 +7,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 from mpi4py import MPI
 
@@ -41,10 +42,21 @@ def patch() -> None:
     install_stats_hook()
     cfg = config.get()
     _check_settings(cfg)
-    if cfg.alloc and not cfg.disable:  # collective: every rank patches
+    if not cfg.disable and _alloc_wanted(cfg):  # collective: every rank patches
         from .alloc import enable
 
         enable(_wrapped("COMM_WORLD"))
+
+
+def _alloc_wanted(cfg: Any) -> bool:
+    """CXLMPI_ALLOC, with auto settled alike on every rank (collective): on
+    where every rank's pool memory gets huge pages, on which NumPy code runs
+    as fast as on its own arrays."""
+    if cfg.alloc is not None:
+        return bool(cfg.alloc)
+    from .info import huge_pages
+
+    return bool(_ORIGINAL["COMM_WORLD"].allreduce(huge_pages(cfg.pool)[0], op=MPI.LAND))
 
 
 _checked: object = None  # the settings checked already

@@ -28,7 +28,7 @@ def report() -> str:
     """The --info text: version, MPI library, pool settings, CPU features,
     every variable (its value, default, and whether all ranks must share
     it), unknown CXLMPI_* variables, and the pool's windows."""
-    from . import __version__
+    from ._version import __version__
 
     cfg = config.get()
     # MPICH pads its fields ("MPICH Version:      5.0.2"): one space each.
@@ -41,7 +41,7 @@ def report() -> str:
         f"{cfg.pool_groups}   threshold: {cfg.threshold} B   coherence: {cfg.coherence}",
         f"pool memory: {admin.describe(cfg.pool)}",
         f"CPU features: {feats}",
-        f"huge pages for pool arrays: {_huge_pages()}",
+        f"huge pages for pool arrays: {huge_pages(cfg.pool)[1]}",
         f"small calls passing through: {_straight(cfg)}",
         "",
     ]
@@ -90,16 +90,17 @@ def _straight(cfg: config.Config) -> str:
     if cfg.disable:
         return "through mpi4py (CXLMPI_DISABLE=1: cxlmpi is off)"
     if _shim.straight_calls()[0]:
-        return ("straight to the MPI library's functions (bare contiguous buffers; other "
-                "message forms through mpi4py)")
+        return ("straight to the MPI library's functions (messages of a predefined type; "
+                "v-collectives and user-defined ops through mpi4py)")
     return ("through mpi4py (the MPI library's collectives were not found where mpi4py's "
             "calls resolve)")
 
 
 def _shmem_thp() -> str | None:
-    """What the kernel does with huge pages for shared memory
-    (/sys/kernel/mm/transparent_hugepage/shmem_enabled: always, within_size,
-    advise, never, deny, force), or None where it does not say."""
+    """The kernel's shmem_enabled setting (/sys/kernel/mm/transparent_hugepage:
+    always, within_size, advise, never, deny, force), or None where it does
+    not say.  It rules the kernel's internal shared memory; of tmpfs mounts,
+    which have their own huge= option, only `force` and `deny` apply."""
     try:
         with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
             chosen = [w[1:-1] for w in f.read().split() if w.startswith("[")]
@@ -108,17 +109,56 @@ def _shmem_thp() -> str | None:
     return chosen[0] if chosen else None
 
 
-def _huge_pages() -> str:
-    """What the kernel grants pool arrays (shared memory) in huge pages."""
+def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> tuple[str, str, str]:
+    """(mount point, filesystem type, options) of the mount that holds
+    `path` (the last mounted over it wins), or ("", "", "") when unknown."""
+    path = os.path.realpath(path)
+    found = ("", "", "")
+    try:
+        with open(mountinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(found[0]):
+            found = (point, rest[0], rest[2])
+    return found
+
+
+def huge_pages(pool: str) -> tuple[bool, str]:
+    """Whether the kernel gives the memory of `pool` (a CXLMPI_POOL) huge
+    pages once it is reserved (fallocate) and mapped, and why, in words."""
+    from .spec import parse_spec
+
+    spec = parse_spec(pool)
+    if spec.kind == "dax":
+        return False, "a devdax device: pages of the device's alignment (--pool-status)"
+    where = os.path.dirname(spec.path) if spec.kind == "file" else "/dev/shm"
+    point, fstype, options = mount_of(where)
+    if fstype == "hugetlbfs":
+        return True, f"yes ({point} is hugetlbfs)"
+    if fstype != "tmpfs":
+        return False, (f"{where} is on {fstype or 'an unknown filesystem'}: huge pages "
+                       f"as that filesystem gives them")
     mode = _shmem_thp()
-    if mode in ("always", "within_size", "force"):
-        return f"yes (shmem_enabled: {mode})"
-    if mode == "advise":
-        return ("only for memory not reserved first (shmem_enabled: advise; pool memory "
-                "is reserved with fallocate: 4 KiB pages)")
-    return (f"no (shmem_enabled: {mode or 'unknown'}): 4 KiB pages, where NumPy's own "
-            f"large arrays get 2 MiB ones; a TLB-bound loop over pool arrays may run "
-            f"slower than over private ones")
+    if mode in ("force", "deny"):
+        return mode == "force", (f"{'yes' if mode == 'force' else 'no'} (the kernel's "
+                                 f"shmem_enabled: {mode}, for every tmpfs)")
+    huge = dict(o.partition("=")[::2] for o in options.split(",")).get("huge", "never")
+    if huge in ("always", "within_size"):
+        return True, f"yes (tmpfs {point} mounted with huge={huge})"
+    if huge == "advise":
+        return False, (f"no (tmpfs {point} mounted with huge=advise: pool memory is reserved "
+                       f"with fallocate before it is mapped, so it gets 4 KiB pages)")
+    return False, (f"no (tmpfs {point} mounted without huge=, i.e. never): 4 KiB pages, "
+                   f"where NumPy's own large arrays get 2 MiB ones; mounting it with "
+                   f"huge=within_size gives pool arrays huge pages")
 
 
 def _columns(rows: list[tuple[str, ...]]) -> list[str]:

@@ -118,3 +118,41 @@ def test_examples_on_a_small_dev_shm(name: str, pool_size: str) -> None:
     assert out.returncode == 0, out.stderr[-4000:]
     result = [x for x in stock.stdout.splitlines() if x.startswith("RESULT ")]
     assert len(result) == 1 and result[0] in out.stdout.splitlines(), out.stdout[-2000:]
+
+
+@pytest.mark.parametrize("huge,flag", [(None, None), ("always", None), ("within_size", None),
+                                       ("advise", None), ("always", "--no-alloc"),
+                                       (None, "--alloc")])
+def test_huge_pages_as_reported(huge: str | None, flag: str | None) -> None:
+    """What `--info` says of huge pages for pool arrays is what the kernel
+    does: a pool array's mapping is PMD-mapped (smaps) exactly when the
+    report says yes -- on this machine's /dev/shm as it is, and on a tmpfs
+    mounted with each huge= policy in a private mount namespace (huge pages
+    there under always and within_size; not under advise, since pool memory
+    is reserved before it is mapped).  NumPy's arrays go to the pool by
+    default exactly there (CXLMPI_ALLOC=auto), unless --no-alloc; --alloc
+    places them anywhere.  The Allreduce of such an array equals stock's."""
+    cmd = [*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi", *([flag] if flag else []),
+           "tests/scripts/huge_pages.py"]
+    env = mpi_env({"CXLMPI_ARENA_SIZE": "128M"})
+    env.pop("CXLMPI_ALLOC", None)
+    if huge is None:
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    else:
+        if shutil.which("unshare") is None:
+            pytest.skip("no unshare")
+        mount = f"mount -t tmpfs -o size=1g,huge={huge} tmpfs /dev/shm"
+        if subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True).returncode:
+            pytest.skip("no private mount namespace, or no huge= for tmpfs here")
+        out = subprocess.run(["unshare", "-m", "sh", "-c",
+                              f"{mount} && {' '.join(shlex.quote(x) for x in cmd)}"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-4000:]
+    [rows] = [json.loads(x[len("HUGE "):]) for x in out.stdout.splitlines()
+              if x.startswith("HUGE ")]
+    assert len(rows) == 2 and all(r["mapped"] == r["reported"] for r in rows), rows
+    if huge in ("always", "within_size"):
+        assert all(r["mapped"] for r in rows), rows
+    hook = {"--alloc": True, "--no-alloc": False}.get(flag, rows[0]["reported"])
+    assert all(r["hook"] == hook and r["placed"] == hook and r["same"] for r in rows), rows

@@ -18,7 +18,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from harness import (
@@ -423,11 +422,9 @@ def test_info(expected_info: dict) -> None:
     assert re.search(r"threshold: 8192 B\b", out)
     assert re.search(r"coherence: sw\b", out)
     assert re.search(r"^CPU features: \S", out, re.M)
-    # what the kernel allows pool arrays, from its own setting
-    thp = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
-    mode = re.search(r"\[(\w+)\]", thp.read_text()).group(1) if thp.exists() else "unknown"
-    assert re.search(rf"^huge pages for pool arrays: (yes|no|only)\b.*shmem_enabled: {mode}\b",
-                     out, re.M), out
+    # what the kernel gives pool arrays (checked against the kernel's own
+    # account in tests/test_alloc.py::test_huge_pages_as_reported)
+    assert re.search(r"^huge pages for pool arrays: (yes|no) \(.*/dev/shm", out, re.M), out
     # MPICH and Open MPI alike: their collectives are found where mpi4py's resolve
     assert re.search(r"^small calls passing through: straight to the MPI library", out,
                      re.M), out
