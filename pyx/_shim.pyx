@@ -45,7 +45,8 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
-from libc.string cimport memcmp, memset
+from cpython.ref cimport PyObject
+from libc.string cimport memcmp, memset, strcmp, strcpy, strlen
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
@@ -460,6 +461,45 @@ cdef object format_type(str fmt):
     return TYPE_DICT.get(fmt)
 
 
+# Buffer format -> the datatype mpi4py reads from it (`format_type`): its
+# handle, size and type code, and the datatype object (one of mpi4py's
+# predefined ones, alive as long as mpi4py); size 0: not a type the shim
+# takes.  A few formats ever occur; looked up without building a string.
+DEF NFMT = 16
+cdef struct fmt_entry:
+    char fmt[8]
+    Py_ssize_t handle
+    Py_ssize_t size
+    int tcode
+    PyObject *dtype
+cdef fmt_entry fmts[NFMT]
+cdef int nfmts = 0
+cdef const char *BYTE_FORMAT = "B"   # a buffer without a format holds bytes
+
+
+cdef fmt_entry *format_entry(const char *fmt):
+    """The entry of format `fmt`, made on its first sight; NULL when the
+    table is full or the format long (then the caller reads it itself)."""
+    global nfmts
+    cdef int i
+    for i in range(nfmts):
+        if strcmp(fmts[i].fmt, fmt) == 0:
+            return &fmts[i]
+    if strlen(fmt) >= 8 or nfmts == NFMT:
+        return NULL
+    dtype = format_type(fmt.decode())
+    info = type_info(dtype) if dtype is not None else None
+    cdef fmt_entry *e = &fmts[nfmts]
+    strcpy(e.fmt, fmt)
+    e.size = 0
+    if info is not None:
+        _TYPE_OBJECTS.append(dtype)   # (kept alive: the entry borrows it)
+        e.tcode, e.size, e.handle = info
+        e.dtype = <PyObject *>dtype
+    nfmts += 1
+    return e
+
+
 cdef Message get_buffer(object o_buf, object o_type, bint writable):
     """The buffer and element type of a message, or None."""
     cdef Message m = Message.__new__(Message)
@@ -472,7 +512,17 @@ cdef Message get_buffer(object o_buf, object o_type, bint writable):
         return None
     m.held = True
     cdef object dtype
+    cdef fmt_entry *e
     if o_type is None:
+        e = format_entry(<const char *>m.view.format if m.view.format != NULL
+                         else BYTE_FORMAT)
+        if e != NULL:
+            if e.size == 0:
+                return None
+            m.datatype = <object>e.dtype
+            m.tcode, m.itemsize, m.handle = e.tcode, e.size, e.handle
+            m.address = <uintptr_t>m.view.buf
+            return m
         dtype = format_type(m.view.format.decode() if m.view.format != NULL else "B")
     else:
         dtype = lookup_type(o_type)

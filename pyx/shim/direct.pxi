@@ -10,7 +10,6 @@
 # is the whole pass-through of one collective.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
-from libc.string cimport strcmp, strcpy, strlen
 
 cdef extern from "cxl_mpi.h" nogil:
     ctypedef Py_ssize_t cxl_h
@@ -53,36 +52,6 @@ def straight_calls():
     """(whether pass-through calls go straight to the MPI library, how many
     did so far)."""
     return straight, int(n_straight)
-
-
-# Buffer format -> (datatype handle, size), as get_buffer reads a format;
-# size 0: not a type the straight path takes.  A few formats ever occur.
-DEF NFMT = 16
-cdef struct fmt_entry:
-    char fmt[8]
-    cxl_h handle
-    Py_ssize_t size
-cdef fmt_entry fmts[NFMT]
-cdef int nfmts = 0
-cdef const char *BYTE_FORMAT = "B"   # a buffer without a format holds bytes
-
-
-cdef fmt_entry *format_entry(const char *fmt):
-    global nfmts
-    cdef int i
-    for i in range(nfmts):
-        if strcmp(fmts[i].fmt, fmt) == 0:
-            return &fmts[i]
-    if strlen(fmt) >= 8 or nfmts == NFMT:
-        return NULL
-    dtype = format_type(fmt.decode())
-    info = type_info(dtype) if dtype is not None else None
-    cdef fmt_entry *e = &fmts[nfmts]
-    strcpy(e.fmt, fmt)
-    e.handle = info[2] if info is not None else 0
-    e.size = info[1] if info is not None else 0
-    nfmts += 1
-    return e
 
 
 cdef struct Buf:
