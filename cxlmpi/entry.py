@@ -7,12 +7,15 @@ import sys
 import warnings
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
 from .comm import _STOCK_CONSTANTS as _ORIGINAL
 from .comm import CXLComm, predefined, reduce_stock
+
+if TYPE_CHECKING:
+    from .config import Config
 
 __all__ = ["patch", "unpatch", "is_patched", "predefined"]
 
@@ -48,7 +51,7 @@ def patch() -> None:
         enable(_wrapped("COMM_WORLD"))
 
 
-def _alloc_wanted(cfg: Any) -> bool:
+def _alloc_wanted(cfg: Config) -> bool:
     """CXLMPI_ALLOC, with auto settled alike on every rank (collective): on
     where every rank's pool memory gets huge pages, on which NumPy code runs
     as fast as on its own arrays."""

@@ -17,9 +17,7 @@
 #define CXL_MPI_H
 
 #include <dlfcn.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #ifndef RTLD_DEFAULT
 #define RTLD_DEFAULT ((void *)0)

@@ -12,8 +12,7 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     cdef Message send, recv
     cdef int code = 0, zc = 0
     plan = None
-    if not skip(self, REDUCE, recvbuf if sendbuf is _IN_PLACE else sendbuf) and \
-            0 <= root < comm_size(self):
+    if 0 <= root < comm_size(self):   # (plan_reduce asks `skip` first)
         plan = plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root == comm_rank(self))
     state = state_of(self, REDUCE) if plan is not None and plan[3] else None
     if state is not None:
