@@ -41,17 +41,22 @@ which message form a rank used, where its buffer lives -- never change it.
 """
 
 
+cimport cython
 from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
 from cpython.ref cimport PyObject
 from libc.string cimport memcmp, memset, strcmp, strcpy, strlen
-from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.long cimport PyLong_AsSsize_t
 
 cdef extern from *:
     int __builtin_clzll(unsigned long long) nogil
+
+cdef extern from "<limits.h>":
+    int INT_MAX
 
 cdef extern from "<time.h>" nogil:
     ctypedef int clockid_t
@@ -65,7 +70,7 @@ import sys
 
 from mpi4py import MPI
 
-from ._pool import OP_CODES, TYPE_CODES, PoolFailure, pair_hash, reducer_defined
+from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure, pair_hash, reducer_defined
 
 # numpy.ndarray once the program has imported numpy.  cxlmpi never imports
 # numpy itself: a program may configure it (thread counts, say) before its
@@ -392,6 +397,7 @@ cdef inline tuple op_info(object op):
 
 # --------------------------------------------------------------- messages
 
+@cython.no_gc   # (it refers to no object that could refer back to it)
 cdef class Message:
     """A parsed message; holds the buffer while it lives."""
     cdef Py_buffer view
@@ -624,22 +630,90 @@ cpdef Message parse(object msg, bint writable, int blocks=0):
     return m
 
 
-cdef object as_counts(object value, int blocks):
-    """A list of `blocks` non-negative ints from an int or a sequence."""
-    if isinstance(value, int) or hasattr(value, "__index__"):
-        return [value.__index__()] * blocks
-    out = [v.__index__() for v in value]
-    if len(out) != blocks:
-        raise ValueError(f"message: expecting {blocks} items, got {len(out)}")
-    return out
+DEF VECTOR_INLINE = 8   # blocks a Vector holds without an allocation
 
 
-def parse_vector(object msg, bint writable, int blocks):
-    """(Message, counts, displs) of a vector message (``[buf, counts, displs,
-    type]`` and the shorter forms, as mpi4py reads them), counts and displs
-    in elements, or None when the pool cannot take it.  Raises ValueError
-    when a block runs outside the buffer or two blocks overlap (a receive
-    buffer, `writable`): MPI would write out of bounds there."""
+@cython.no_gc   # (as Message)
+cdef class Vector:
+    """A parsed vector message (``[buf, counts, displs, type]`` and the
+    shorter forms, as mpi4py reads them): its buffer (`m`, whose count is
+    the sum of the counts) and the counts and displacements in elements, as
+    C arrays -- `ints` when every one fits a C int, as MPI's functions take
+    them.  Holds the buffer while it lives."""
+    cdef readonly Message m
+    cdef Py_ssize_t blocks
+    cdef Py_ssize_t *counts
+    cdef Py_ssize_t *displs
+    cdef int *icounts
+    cdef int *idispls
+    cdef Py_ssize_t largest   # the largest count
+    cdef bint ints
+    cdef char *block          # the four arrays: `inline`, or allocated
+    cdef Py_ssize_t inline[VECTOR_INLINE * 3]   # (2 Py_ssize_t and 2 ints a block)
+
+    def __dealloc__(self):
+        if self.block != <char *>self.inline:
+            PyMem_Free(self.block)
+
+    cdef int alloc(self, Py_ssize_t blocks) except -1:
+        cdef char *block = <char *>self.inline
+        if blocks > VECTOR_INLINE:
+            block = <char *>PyMem_Malloc(blocks * (2 * sizeof(Py_ssize_t) + 2 * sizeof(int)))
+            if block == NULL:
+                raise MemoryError()
+        self.block = block
+        self.blocks = blocks
+        self.counts = <Py_ssize_t *>block
+        self.displs = self.counts + blocks
+        self.icounts = <int *>(self.displs + blocks)
+        self.idispls = self.icounts + blocks
+        return 0
+
+    cdef list count_list(self):
+        return [self.counts[i] for i in range(self.blocks)]
+
+    cdef list displ_list(self):
+        return [self.displs[i] for i in range(self.blocks)]
+
+
+cdef int read_ints(object value, Py_ssize_t blocks, Py_ssize_t *out,
+                   bint scalar=True) except -1:
+    """`blocks` ints from an int (where `scalar` allows one) or a sequence
+    of them into `out`: 1, or 0 when `value` is not that (mpi4py reports
+    it); ValueError on a length that is not `blocks`."""
+    cdef Py_ssize_t i, n
+    cdef object item
+    try:
+        if type(value) is not list and type(value) is not tuple:
+            if scalar and is_integral(value):
+                n = value.__index__()
+                for i in range(blocks):
+                    out[i] = n
+                return 1
+            value = list(value)
+        n = len(value)
+        if n != blocks:
+            raise ValueError(f"message: expecting {blocks} items, got {n}")
+        for i in range(n):
+            item = value[i]
+            out[i] = PyLong_AsSsize_t(item) if type(item) is int else item.__index__()
+    except (TypeError, AttributeError, OverflowError):
+        return 0
+    return 1
+
+
+cdef inline bint is_integral(object value):
+    """An int-like count or displacement (mpi4py's test), not a sequence."""
+    return type(value) is int or (hasattr(value, "__index__") and
+                                  not hasattr(value, "__len__"))
+
+
+cdef Vector read_vector(object msg, bint writable, int blocks):
+    """A `Vector` of `msg`, or None when neither the pool nor a straight
+    call can take it (mpi4py's method then reports what it finds wrong).
+    Raises ValueError when a block runs outside the buffer or two blocks of
+    a receive buffer (`writable`) overlap: MPI would write out of bounds
+    there."""
     parts = unpack(msg, True)
     if parts is None:
         return None
@@ -647,52 +721,108 @@ def parse_vector(object msg, bint writable, int blocks):
     cdef Message m = get_buffer(o_buf, o_type, writable)
     if m is None:
         return None
-    cdef Py_ssize_t total, acc, i
-    try:
-        if o_counts is None:
-            if m.view.len % m.itemsize:
-                return None
-            total = m.view.len // m.itemsize
-            counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
-        else:
-            counts = as_counts(o_counts, blocks)
-        if o_displs is None:
-            displs = []
-            acc = 0
-            for c in counts:
-                displs.append(acc)
-                acc += c
-        elif isinstance(o_displs, int) or hasattr(o_displs, "__index__"):
-            stride = o_displs.__index__()
-            displs = [stride * i for i in range(blocks)]
-        else:
-            displs = as_counts(o_displs, blocks)
-    except (TypeError, AttributeError, OverflowError):
+    cdef Vector v = Vector.__new__(Vector)
+    v.m = m
+    v.alloc(blocks)
+    cdef Py_ssize_t length = m.view.len // m.itemsize, total, acc, i, c, d
+    if o_counts is None:
+        if m.view.len % m.itemsize:
+            return None
+        for i in range(blocks):
+            v.counts[i] = length // blocks + (length % blocks > i)
+    elif not read_ints(o_counts, blocks, v.counts):
         return None
-    from .errors import CXLMPIMessageError
-
-    # counts and displs are Python ints here: no sum or product wraps around.
-    cdef Py_ssize_t length = m.view.len // m.itemsize
+    if o_displs is None:
+        acc = 0
+        for i in range(blocks):
+            v.displs[i] = acc
+            if v.counts[i] > 0:
+                acc += v.counts[i]   # (bounded by the check below)
+            if acc > length:
+                acc = length + 1     # (no sum wraps around)
+    elif type(o_displs) is not list and type(o_displs) is not tuple and \
+            is_integral(o_displs):
+        try:
+            d = o_displs.__index__()
+        except OverflowError:
+            return None
+        if d < 0 or (blocks > 1 and d > PY_SSIZE_T_MAX // (blocks - 1)):
+            return None
+        for i in range(blocks):
+            v.displs[i] = d * i
+    elif not read_ints(o_displs, blocks, v.displs):
+        return None
+    # Compared in elements, never summed beyond `length`: nothing wraps around.
+    cdef bint ordered = True
+    total = acc = 0
+    v.largest = 0
+    v.ints = True
     for i in range(blocks):
-        if counts[i] < 0 or displs[i] < 0 or displs[i] + counts[i] > length:
+        c, d = v.counts[i], v.displs[i]
+        if c < 0 or d < 0 or d > length or c > length - d:
+            from .errors import CXLMPIMessageError
+
             raise CXLMPIMessageError(
-                f"message: block {i} (displacement {displs[i]}, count "
-                f"{counts[i]}) runs outside a buffer of {length} elements")
-    if writable:
-        spans = sorted((displs[i], displs[i] + counts[i]) for i in range(blocks)
-                       if counts[i] > 0)
+                f"message: block {i} (displacement {d}, count {c}) runs outside "
+                f"a buffer of {length} elements")
+        if c > v.largest:
+            v.largest = c
+        if c > INT_MAX or d > INT_MAX:
+            v.ints = False
+        else:
+            v.icounts[i], v.idispls[i] = <int>c, <int>d
+        if total > PY_SSIZE_T_MAX // m.itemsize - c:
+            from .errors import CXLMPIMessageError
+
+            raise CXLMPIMessageError(
+                f"message: more than {total} elements of {m.datatype.Get_name()} "
+                f"in all: more bytes than a buffer can hold")
+        total += c
+        if c and d < acc:
+            ordered = False
+        if c:
+            acc = d + c
+    if writable and not ordered:
+        spans = sorted((v.displs[i], v.displs[i] + v.counts[i]) for i in range(blocks)
+                       if v.counts[i] > 0)
         for i in range(1, len(spans)):
             if spans[i][0] < spans[i - 1][1]:
+                from .errors import CXLMPIMessageError
+
                 raise CXLMPIMessageError(
                     f"message: receive blocks overlap at element {spans[i][0]}")
-    total = sum(counts)  # blocks of a send buffer may overlap: up to blocks x length
-    if total > PY_SSIZE_T_MAX // m.itemsize:
-        raise CXLMPIMessageError(
-            f"message: {total} elements of {m.datatype.Get_name()} in all: "
-            f"more bytes than a buffer can hold")
-    m.count = total
-    m.nbytes = m.count * m.itemsize
-    return m, counts, displs
+    m.count = total   # (blocks of a send buffer may overlap: up to blocks x length)
+    m.nbytes = total * m.itemsize
+    return v
+
+
+cdef Vector read_counts(object value, int blocks):
+    """Reduce_scatter's recvcounts as a Vector without a message (`largest`
+    and `m` unset), or None when they are not non-negative ints."""
+    cdef Vector v = Vector.__new__(Vector)
+    v.alloc(blocks)
+    if not read_ints(value, blocks, v.counts, False):   # (mpi4py takes no int here)
+        return None
+    v.ints = True
+    cdef Py_ssize_t i
+    for i in range(blocks):
+        if v.counts[i] < 0:
+            return None
+        if v.counts[i] > INT_MAX:
+            v.ints = False
+        else:
+            v.icounts[i] = <int>v.counts[i]
+    return v
+
+
+cdef tuple parse_vector(object msg, bint writable, int blocks):
+    """(Message, counts, displs) of a vector message, counts and displs as
+    lists in elements (the pool's algorithms take them), or None: see
+    `read_vector`."""
+    cdef Vector v = read_vector(msg, writable, blocks)
+    if v is None:
+        return None
+    return v.m, v.count_list(), v.displ_list()
 
 
 cdef inline bint small(object obj, Py_ssize_t limit):

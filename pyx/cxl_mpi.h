@@ -28,13 +28,16 @@ typedef intptr_t cxl_h;   /* an MPI handle (communicator, datatype, op) */
 enum {
     CXL_MPI_BARRIER, CXL_MPI_BCAST, CXL_MPI_REDUCE, CXL_MPI_ALLREDUCE,
     CXL_MPI_SCAN, CXL_MPI_EXSCAN, CXL_MPI_ALLGATHER, CXL_MPI_GATHER,
-    CXL_MPI_SCATTER, CXL_MPI_ALLTOALL, CXL_MPI_REDUCE_SCATTER_BLOCK, CXL_MPI_NFN
+    CXL_MPI_SCATTER, CXL_MPI_ALLTOALL, CXL_MPI_REDUCE_SCATTER_BLOCK,
+    CXL_MPI_ALLGATHERV, CXL_MPI_GATHERV, CXL_MPI_SCATTERV, CXL_MPI_ALLTOALLV,
+    CXL_MPI_REDUCE_SCATTER, CXL_MPI_NFN
 };
 
 static const char *const cxl_mpi_names[CXL_MPI_NFN] = {
     "MPI_Barrier", "MPI_Bcast", "MPI_Reduce", "MPI_Allreduce", "MPI_Scan",
     "MPI_Exscan", "MPI_Allgather", "MPI_Gather", "MPI_Scatter", "MPI_Alltoall",
-    "MPI_Reduce_scatter_block",
+    "MPI_Reduce_scatter_block", "MPI_Allgatherv", "MPI_Gatherv", "MPI_Scatterv",
+    "MPI_Alltoallv", "MPI_Reduce_scatter",
 };
 
 static void *cxl_mpi_fn[CXL_MPI_NFN];
@@ -133,5 +136,140 @@ static inline int cxl_mpi_move(int which, const void *s, int sn, cxl_h st, void 
                         (s, sn, CXL_I(st), r, rn, CXL_I(rt), root, CXL_I(c)),
                         (s, sn, CXL_P(st), r, rn, CXL_P(rt), root, CXL_P(c)));
 }
+
+/* The v-collectives.  A vector message: counts and displacements in
+ * elements, as the library's large-count functions take them (MPI_Count and
+ * MPI_Aint arrays: MPI 4's `_c` functions, which mpi4py calls where the
+ * library has them; MPICH converts the int arrays of the classic ones into
+ * those on every call) and as C ints for the classic functions. */
+typedef struct {
+    void *buf;
+    const intptr_t *counts, *displs;
+    const int *icounts, *idispls;
+    cxl_h type;
+} cxl_vec;
+
+enum {
+    CXL_MPI_ALLGATHERV_C, CXL_MPI_GATHERV_C, CXL_MPI_SCATTERV_C, CXL_MPI_ALLTOALLV_C,
+    CXL_MPI_REDUCE_SCATTER_C, CXL_MPI_NFN_C
+};
+static void *cxl_mpi_fn_c[CXL_MPI_NFN_C];
+static int cxl_mpi_large = 0;   /* the `_c` functions are there, and take intptr_t arrays */
+
+/* Look up the `_c` functions (after cxl_mpi_resolve): where the library's
+ * MPI_Count and MPI_Aint are both 64 bits, like intptr_t. */
+static int cxl_mpi_resolve_large(const char *module, int count_bytes, int aint_bytes)
+{
+    static const char *const names[CXL_MPI_NFN_C] = {
+        "MPI_Allgatherv_c", "MPI_Gatherv_c", "MPI_Scatterv_c", "MPI_Alltoallv_c",
+        "MPI_Reduce_scatter_c",
+    };
+    cxl_mpi_large = 0;
+    if (count_bytes != 8 || aint_bytes != 8 || sizeof(intptr_t) != 8)
+        return 0;
+    void *lib = dlopen(module, RTLD_LAZY | RTLD_NOLOAD);
+    for (int i = 0; i < CXL_MPI_NFN_C; i++) {
+        void *f = dlsym(RTLD_DEFAULT, names[i]);
+        if (!f && lib) f = dlsym(lib, names[i]);
+        if (!f) {
+            if (lib) dlclose(lib);
+            return 0;
+        }
+        cxl_mpi_fn_c[i] = f;
+    }
+    if (lib) dlclose(lib);
+    cxl_mpi_large = 1;
+    return 1;
+}
+
+typedef const intptr_t *cxl_l;
+typedef const int *cxl_v;
+
+/* Each v-call in both ABIs and both count widths: `large` picks the `_c`
+ * function (counts as intptr_t), else the classic one (as int). */
+#define CXL_MPI_VCALL(which, lproto, lpproto, largs, lpargs, iproto, pproto, iargs, pargs) \
+    (cxl_mpi_large \
+        ? (cxl_mpi_int ? ((int (*) lproto)cxl_mpi_fn_c[which##_C]) largs \
+                       : ((int (*) lpproto)cxl_mpi_fn_c[which##_C]) lpargs) \
+        : CXL_MPI_CALL(which, iproto, pproto, iargs, pargs))
+
+static inline int cxl_mpi_allgatherv(const void *s, intptr_t sn, cxl_h st, const cxl_vec *r,
+                                     cxl_h c)
+{
+    return CXL_MPI_VCALL(CXL_MPI_ALLGATHERV,
+        (const void *, intptr_t, int, void *, cxl_l, cxl_l, int, int),
+        (const void *, intptr_t, void *, void *, cxl_l, cxl_l, void *, void *),
+        (s, sn, CXL_I(st), r->buf, r->counts, r->displs, CXL_I(r->type), CXL_I(c)),
+        (s, sn, CXL_P(st), r->buf, r->counts, r->displs, CXL_P(r->type), CXL_P(c)),
+        (const void *, int, int, void *, cxl_v, cxl_v, int, int),
+        (const void *, int, void *, void *, cxl_v, cxl_v, void *, void *),
+        (s, (int)sn, CXL_I(st), r->buf, r->icounts, r->idispls, CXL_I(r->type), CXL_I(c)),
+        (s, (int)sn, CXL_P(st), r->buf, r->icounts, r->idispls, CXL_P(r->type), CXL_P(c)));
+}
+
+static inline int cxl_mpi_gatherv(const void *s, intptr_t sn, cxl_h st, const cxl_vec *r,
+                                  int root, cxl_h c)
+{
+    return CXL_MPI_VCALL(CXL_MPI_GATHERV,
+        (const void *, intptr_t, int, void *, cxl_l, cxl_l, int, int, int),
+        (const void *, intptr_t, void *, void *, cxl_l, cxl_l, void *, int, void *),
+        (s, sn, CXL_I(st), r->buf, r->counts, r->displs, CXL_I(r->type), root, CXL_I(c)),
+        (s, sn, CXL_P(st), r->buf, r->counts, r->displs, CXL_P(r->type), root, CXL_P(c)),
+        (const void *, int, int, void *, cxl_v, cxl_v, int, int, int),
+        (const void *, int, void *, void *, cxl_v, cxl_v, void *, int, void *),
+        (s, (int)sn, CXL_I(st), r->buf, r->icounts, r->idispls, CXL_I(r->type), root,
+         CXL_I(c)),
+        (s, (int)sn, CXL_P(st), r->buf, r->icounts, r->idispls, CXL_P(r->type), root,
+         CXL_P(c)));
+}
+
+static inline int cxl_mpi_scatterv(const cxl_vec *s, void *r, intptr_t rn, cxl_h rt, int root,
+                                   cxl_h c)
+{
+    return CXL_MPI_VCALL(CXL_MPI_SCATTERV,
+        (const void *, cxl_l, cxl_l, int, void *, intptr_t, int, int, int),
+        (const void *, cxl_l, cxl_l, void *, void *, intptr_t, void *, int, void *),
+        (s->buf, s->counts, s->displs, CXL_I(s->type), r, rn, CXL_I(rt), root, CXL_I(c)),
+        (s->buf, s->counts, s->displs, CXL_P(s->type), r, rn, CXL_P(rt), root, CXL_P(c)),
+        (const void *, cxl_v, cxl_v, int, void *, int, int, int, int),
+        (const void *, cxl_v, cxl_v, void *, void *, int, void *, int, void *),
+        (s->buf, s->icounts, s->idispls, CXL_I(s->type), r, (int)rn, CXL_I(rt), root,
+         CXL_I(c)),
+        (s->buf, s->icounts, s->idispls, CXL_P(s->type), r, (int)rn, CXL_P(rt), root,
+         CXL_P(c)));
+}
+
+static inline int cxl_mpi_alltoallv(const cxl_vec *s, const cxl_vec *r, cxl_h c)
+{
+    return CXL_MPI_VCALL(CXL_MPI_ALLTOALLV,
+        (const void *, cxl_l, cxl_l, int, void *, cxl_l, cxl_l, int, int),
+        (const void *, cxl_l, cxl_l, void *, void *, cxl_l, cxl_l, void *, void *),
+        (s->buf, s->counts, s->displs, CXL_I(s->type), r->buf, r->counts, r->displs,
+         CXL_I(r->type), CXL_I(c)),
+        (s->buf, s->counts, s->displs, CXL_P(s->type), r->buf, r->counts, r->displs,
+         CXL_P(r->type), CXL_P(c)),
+        (const void *, cxl_v, cxl_v, int, void *, cxl_v, cxl_v, int, int),
+        (const void *, cxl_v, cxl_v, void *, void *, cxl_v, cxl_v, void *, void *),
+        (s->buf, s->icounts, s->idispls, CXL_I(s->type), r->buf, r->icounts, r->idispls,
+         CXL_I(r->type), CXL_I(c)),
+        (s->buf, s->icounts, s->idispls, CXL_P(s->type), r->buf, r->icounts, r->idispls,
+         CXL_P(r->type), CXL_P(c)));
+}
+
+/* Reduce_scatter: `r`'s counts are recvcounts (its buffer is the receive
+ * buffer's). */
+static inline int cxl_mpi_reduce_scatter(const void *s, const cxl_vec *r, cxl_h op, cxl_h c)
+{
+    return CXL_MPI_VCALL(CXL_MPI_REDUCE_SCATTER,
+        (const void *, void *, cxl_l, int, int, int),
+        (const void *, void *, cxl_l, void *, void *, void *),
+        (s, r->buf, r->counts, CXL_I(r->type), CXL_I(op), CXL_I(c)),
+        (s, r->buf, r->counts, CXL_P(r->type), CXL_P(op), CXL_P(c)),
+        (const void *, void *, cxl_v, int, int, int),
+        (const void *, void *, cxl_v, void *, void *, void *),
+        (s, r->buf, r->icounts, CXL_I(r->type), CXL_I(op), CXL_I(c)),
+        (s, r->buf, r->icounts, CXL_P(r->type), CXL_P(op), CXL_P(c)));
+}
+
 
 #endif

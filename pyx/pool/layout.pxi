@@ -114,6 +114,8 @@ ctypedef struct state_t:
     const char **srcs      # scratch: one source pointer per rank (folds)
     cxl_progress progress  # how a waiter keeps MPI progressing (set_progress)
     uint64_t ops           # calls of this rank: pool calls and passed ones
+    uint64_t passed_from   # the first call of this rank's passed ones before this call
+    uint64_t pool_ops      # the number of this rank's last pool call
     uint64_t sig[3]        # this call's signature (see wait_all)
     int sig_pending        # the next step is this call's first
     int stream             # this call publishes with streaming stores (a variant)

@@ -374,6 +374,7 @@ cdef class Pool:
             raise MemoryError()
         memset(&self.st.progress, 0, sizeof(cxl_progress))
         self.st.ops = 0
+        self.st.passed_from = self.st.pool_ops = 0
         self.st.sig_pending = 0
         self.st.stream = 0
         self.st.took_zc = 0
@@ -672,7 +673,9 @@ cdef class Pool:
         first step, compared by every rank: see check_signatures); the
         variant's `flags` ride in the top byte of the bytes word, so that
         ranks that picked different variants stop with a mismatch."""
+        self.st.passed_from = self.st.pool_ops + 1
         self.st.ops += 1
+        self.st.pool_ops = self.st.ops
         self.st.stream = flags & V_STREAM
         self.st.took_zc = 0
         nbytes ^= (<uint64_t>flags & 0xFF) << 56

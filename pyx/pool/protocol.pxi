@@ -95,16 +95,20 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
         if st.sw:
             cxl_flush(line, LINE_NBYTES, 1)
         ahead = cxl_load_acquire(&line.seq) >= st.step
-    cdef uint64_t theirs
+    cdef uint64_t theirs, behind
     if ahead:
         theirs = (line.sig[0][st.step & 1] >> 32) & 0xFFFF
         if theirs == st.ops & 0xFFFF:
             return 0
-        if ((st.ops - theirs) & 0xFFFF) < 0x8000 and \
-                (ctrl(st, st.rank).passed & 0xFFFF) == theirs:
-            # An earlier call of the peer's, which this rank sent to MPI:
-            # the peer is about to see that, take its step back and
-            # follow; keep waiting for its step of this call.
+        behind = (st.ops - theirs) & 0xFFFF
+        if behind < 0x8000 and ((ctrl(st, st.rank).passed & 0xFFFF) == theirs or
+                                behind <= st.ops - st.passed_from):
+            # An earlier call of the peer's, which this rank sent to MPI
+            # (the last it passed, or one of those it passed on its own
+            # since its last pool call: an MPI call that completed without
+            # the peer -- a root's eager sends -- lets it run ahead of a
+            # peer by many calls): the peer is about to see that, take its
+            # step back and follow; keep waiting for its step of this call.
             return 2
         if line.passed < st.ops:
             return -1   # a later call that did not pass this one: out of step

@@ -1,12 +1,13 @@
 # The calls that pass through, made straight to the MPI library
 # (pyx/cxl_mpi.h) where the shim has read the message as mpi4py reads it: a
 # message the method parsed (`parse`: every form mpi4py takes, with a
-# predefined type), or, where it parsed none (a small numpy array that
-# `skip` let by), a bare contiguous buffer of a predefined type; IN_PLACE
-# where a reduction allows it.  mpi4py would parse it again and call the
-# same function with the same arguments.  Everything else -- v-collectives,
-# user-defined ops, a buffer mpi4py would refuse -- goes to mpi4py's
-# method, which reports the errors as stock does.  Each `pass_*` function
+# predefined type; a vector message, `read_vector`), or, where it parsed
+# none (a small numpy array that `skip` let by), a bare contiguous buffer of
+# a predefined type; IN_PLACE where a reduction or Allgatherv allows it.
+# mpi4py would parse it again and call the same function with the same
+# arguments.  Everything else -- user-defined ops, counts beyond a C int, a
+# buffer mpi4py would refuse -- goes to mpi4py's method, which reports the
+# errors as stock does.  Each `pass_*` function
 # is the whole pass-through of one collective.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
@@ -15,7 +16,8 @@ cdef extern from "cxl_mpi.h" nogil:
     ctypedef Py_ssize_t cxl_h
     enum:
         CXL_MPI_REDUCE, CXL_MPI_ALLREDUCE, CXL_MPI_SCAN, CXL_MPI_EXSCAN,
-        CXL_MPI_ALLGATHER, CXL_MPI_GATHER, CXL_MPI_SCATTER, CXL_MPI_ALLTOALL
+        CXL_MPI_ALLGATHER, CXL_MPI_GATHER, CXL_MPI_SCATTER, CXL_MPI_ALLTOALL,
+        CXL_MPI_ALLGATHERV, CXL_MPI_GATHERV, CXL_MPI_SCATTERV, CXL_MPI_ALLTOALLV
     int cxl_mpi_resolve(const char *module, int handle_bytes)
     cxl_h cxl_mpi_read(const void *where)
     int cxl_mpi_barrier(cxl_h c)
@@ -25,9 +27,21 @@ cdef extern from "cxl_mpi.h" nogil:
     int cxl_mpi_reduce_scatter_block(const void *s, void *r, int n, cxl_h t, cxl_h op, cxl_h c)
     int cxl_mpi_move(int which, const void *s, int sn, cxl_h st, void *r, int rn, cxl_h rt,
                      int root, cxl_h c)
-
-cdef extern from "<limits.h>":
-    int INT_MAX
+    ctypedef struct cxl_vec:
+        void *buf
+        const Py_ssize_t *counts
+        const Py_ssize_t *displs
+        const int *icounts
+        const int *idispls
+        cxl_h type
+    int cxl_mpi_large
+    int cxl_mpi_resolve_large(const char *module, int count_bytes, int aint_bytes)
+    int cxl_mpi_allgatherv(const void *s, Py_ssize_t sn, cxl_h st, const cxl_vec *r, cxl_h c)
+    int cxl_mpi_gatherv(const void *s, Py_ssize_t sn, cxl_h st, const cxl_vec *r, int root,
+                        cxl_h c)
+    int cxl_mpi_scatterv(const cxl_vec *s, void *r, Py_ssize_t rn, cxl_h rt, int root, cxl_h c)
+    int cxl_mpi_alltoallv(const cxl_vec *s, const cxl_vec *r, cxl_h c)
+    int cxl_mpi_reduce_scatter(const void *s, const cxl_vec *r, cxl_h op, cxl_h c)
 
 
 def _straight_library():
@@ -37,7 +51,10 @@ def _straight_library():
     hb = MPI._sizeof(MPI.Comm)
     if not path or MPI._sizeof(MPI.Datatype) != hb or MPI._sizeof(MPI.Op) != hb:
         return False
-    return bool(cxl_mpi_resolve(path.encode(), hb))
+    if not cxl_mpi_resolve(path.encode(), hb):
+        return False
+    cxl_mpi_resolve_large(path.encode(), MPI.COUNT.Get_size(), MPI.AINT.Get_size())
+    return True
 
 
 found = _straight_library()
@@ -280,4 +297,96 @@ cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int r
         release(&s)
     if receiving:
         release(&r)
+    return checked(ierr)
+
+
+cdef inline bint vector_fits(Vector v) noexcept:
+    """Whether the library's functions take `v`'s counts: the large-count
+    ones take any, the classic ones C ints."""
+    return v is not None and (cxl_mpi_large or v.ints)
+
+
+cdef inline bint count_fits(Message m) noexcept:
+    return m is not None and (cxl_mpi_large or m.count <= INT_MAX)
+
+
+cdef inline void as_vec(Vector v, void *buf, cxl_h t, cxl_vec *out) noexcept:
+    out.buf = buf
+    out.counts, out.displs = v.counts, v.displs
+    out.icounts, out.idispls = v.icounts, v.idispls
+    out.type = t
+
+
+cdef int pass_vector(object comm, int which, object sendbuf, object recvbuf, int root,
+                     Message own, Vector vec, Vector rvec=None) except -1:
+    """Allgatherv and Gatherv (`own`: the message sent, None with IN_PLACE;
+    `vec`: the receive vector, read at Gatherv's root only), Scatterv
+    (`vec`: the send vector, read at the root; `own`: the message received)
+    and Alltoallv (`vec` sent, `rvec` received), as the methods parsed them
+    (None: they did not)."""
+    cdef cxl_h c = comm_handle(comm) if straight else 0
+    cdef int size = comm_size(comm), ierr
+    cdef bint rooted = which == CXL_MPI_GATHERV or which == CXL_MPI_SCATTERV
+    cdef bint here = not rooted or root == comm_rank(comm)   # the vector is read here
+    cdef bint in_place = (recvbuf if which == CXL_MPI_SCATTERV else sendbuf) is _IN_PLACE
+    cdef bint ok = c != 0 and (not rooted or 0 <= root < size) and \
+        (not here or vector_fits(vec))
+    if which == CXL_MPI_ALLTOALLV:
+        ok = ok and not in_place and vector_fits(rvec)
+    elif in_place:
+        ok = ok and here
+    else:
+        ok = ok and count_fits(own)
+    if not ok:
+        if which == CXL_MPI_ALLGATHERV:
+            _stock_allgatherv(comm, sendbuf, recvbuf)
+        elif which == CXL_MPI_GATHERV:
+            _stock_gatherv(comm, sendbuf, recvbuf, root)
+        elif which == CXL_MPI_SCATTERV:
+            _stock_scatterv(comm, sendbuf, recvbuf, root)
+        else:
+            _stock_alltoallv(comm, sendbuf, recvbuf)
+        return 0
+    # the vector (NULL where it is not read, as mpi4py passes) ...
+    cdef cxl_vec v, r
+    memset(&v, 0, sizeof(v))
+    v.type = BYTE_H
+    if here:
+        as_vec(vec, <void *>vec.m.address, vec.m.handle, &v)
+    if rvec is not None:
+        as_vec(rvec, <void *>rvec.m.address, rvec.m.handle, &r)
+    # ... and the single message (IN_PLACE at the root)
+    cdef void *op = IN_PLACE_P if in_place else (<void *>own.address if own is not None
+                                                 else NULL)
+    cdef Py_ssize_t on = 0 if in_place or own is None else own.count
+    cdef cxl_h ot = BYTE_H if in_place or own is None else own.handle
+    with nogil:
+        if which == CXL_MPI_ALLGATHERV:
+            ierr = cxl_mpi_allgatherv(op, on, ot, &v, c)
+        elif which == CXL_MPI_GATHERV:
+            ierr = cxl_mpi_gatherv(op, on, ot, &v, root, c)
+        elif which == CXL_MPI_SCATTERV:
+            ierr = cxl_mpi_scatterv(&v, op, on, ot, root, c)
+        else:
+            ierr = cxl_mpi_alltoallv(&v, &r, c)
+    return checked(ierr)
+
+
+cdef int pass_reduce_scatter(object comm, object sendbuf, object recvbuf, object recvcounts,
+                             object op, Message send, Message recv, Vector counts) except -1:
+    """Reduce_scatter (`send` None with IN_PLACE); `counts`: recvcounts as
+    a Vector of the receive buffer, None where the method read none."""
+    cdef cxl_h c = comm_handle(comm) if straight else 0
+    cdef cxl_h oph = op_handle(op) if c != 0 else 0
+    cdef bint in_place = sendbuf is _IN_PLACE
+    cdef int ierr
+    if oph == 0 or recv is None or not vector_fits(counts) or \
+            (send is None and not in_place):
+        _stock_reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op)
+        return 0
+    cdef const void *sp = IN_PLACE_P if in_place else <void *>send.address
+    cdef cxl_vec r
+    as_vec(counts, <void *>recv.address, recv.handle, &r)
+    with nogil:
+        ierr = cxl_mpi_reduce_scatter(sp, &r, oph, c)
     return checked(ierr)

@@ -71,15 +71,17 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
     header step, as for Gatherv."""
     enter(self)
     cdef double t0 = start(), t
-    cdef Message send, recv
+    cdef Message recv
+    cdef Vector vec
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
-    state, agreed, code, send, counts, displs, recv = settle_rooted_v(
+    cdef Py_ssize_t i
+    state, agreed, code, vec, recv = settle_rooted_v(
         self, SCATTERV, sendbuf, False, recvbuf, root, size, rank)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_scatterv(self, sendbuf, recvbuf, root)
+        pass_vector(self, CXL_MPI_SCATTERV, sendbuf, recvbuf, root, recv, vec)
         passed(SCATTERV, t0)
     else:
         t = now()
@@ -87,9 +89,9 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
             t0 = t
         zeros = [0] * size
         if rank == root:
-            item = send.itemsize
-            send_addrs = [send.address + d * item for d in displs]
-            send_sizes = [c * item for c in counts]
+            item = vec.m.itemsize
+            send_addrs = [vec.m.address + vec.displs[i] * item for i in range(size)]
+            send_sizes = [vec.counts[i] * item for i in range(size)]
         else:
             send_addrs, send_sizes = zeros, zeros
         recv_addrs, recv_sizes = list(zeros), list(zeros)
@@ -158,45 +160,47 @@ def Alltoall(self, sendbuf, recvbuf):
 def Alltoallv(self, sendbuf, recvbuf):
     """All to All Scatter/Gather Vector: no rank knows every count, so
     the ranks agree on the path and length in a header step, as for
-    Gatherv.  IN_PLACE passes through (on every rank: it is required
-    to match)."""
+    Gatherv (where a rank whose blocks are all below the pool's window
+    sends the call to MPI at once, and the others follow it).  IN_PLACE
+    passes through (on every rank: it is required to match)."""
     enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
-    cdef int size = comm_size(self), code, zc = 0
+    cdef Vector svec = None, rvec = None
+    cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
     cdef uint64_t local = 0, pairs = 0
+    cdef Py_ssize_t si, ri, i
     eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
-    rvec = svec = None
     refused = None
     if eligible:
         try:
-            rvec = parse_vector(recvbuf, True, size)
-            svec = parse_vector(sendbuf, False, size)
+            rvec = read_vector(recvbuf, True, size)
+            svec = read_vector(sendbuf, False, size)
         except ValueError as exc:  # outside its buffer: every rank raises
             refused = exc
         if rvec is not None and svec is not None:
-            send, scounts, sdispls = svec
-            recv, rcounts, rdispls = rvec
-            local = 1 + max(max(scounts) * send.itemsize, max(rcounts) * recv.itemsize)
-            pairs = (pairs_sent(comm_rank(self), [c * send.itemsize for c in scounts])
-                     + pairs_received(comm_rank(self), [c * recv.itemsize for c in rcounts]))
+            send, recv = svec.m, rvec.m
+            si, ri = send.itemsize, recv.itemsize
+            local = 1 + max(svec.largest * si, rvec.largest * ri)
+            if not alone(ALLTOALLV, local, size):
+                pairs = pairs_sent(rank, svec, si) + pairs_received(rank, rvec, ri)
     state, agreed, code = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_alltoallv(self, sendbuf, recvbuf)
+        pass_vector(self, CXL_MPI_ALLTOALLV, sendbuf, recvbuf, -1, None, svec, rvec)
         passed(ALLTOALLV, t0)
     else:
         t = now()
         if not time_all:
             t0 = t
-        si, ri = send.itemsize, recv.itemsize
         zc = run(self, ALLTOALLV, code, lambda: _stock_alltoallv(self, sendbuf, recvbuf),
-                 state.pool.exchange, ([send.address + d * si for d in sdispls],
-                                       [c * si for c in scounts],
-                                       [recv.address + d * ri for d in rdispls],
-                                       [c * ri for c in rcounts], agreed - 1, "Alltoallv"))
+                 state.pool.exchange,
+                 ([send.address + svec.displs[i] * si for i in range(size)],
+                  [svec.counts[i] * si for i in range(size)],
+                  [recv.address + rvec.displs[i] * ri for i in range(size)],
+                  [rvec.counts[i] * ri for i in range(size)], agreed - 1, "Alltoallv"))
         if zc >= 0:
             pooled(ALLTOALLV, send.count * si, t0)
     if state is not None:
@@ -265,32 +269,32 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
     enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
+    cdef Vector counts = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    cdef Py_ssize_t total = 0
-    opc = None if disabled or recvcounts is None or \
-        small(recvbuf if sendbuf is _IN_PLACE else sendbuf, lo[REDUCE_SCATTER]) \
-        else op_code(op)
-    counts = None
+    cdef Py_ssize_t total = 0, i
+    cdef bint fits = False
+    opc = None if disabled or recvcounts is None else op_code(op)
     if opc is not None:
-        try:
-            counts = as_counts(recvcounts, size)
-        except (TypeError, ValueError, AttributeError):
-            counts = None
-    if counts is not None and min(counts) >= 0:
-        total = sum(counts)
+        counts = read_counts(recvcounts, size)
+    if counts is not None:
+        for i in range(size):
+            if total > PY_SSIZE_T_MAX - counts.counts[i]:
+                counts = None
+                break
+            total += counts.counts[i]
+    if counts is not None:
         recv = parse(recvbuf, True)
         if recv is not None and sendbuf is _IN_PLACE:
             if recv.count != total:
                 recv = None
         elif recv is not None:
             send = parse(sendbuf, False)
-            if send is None or send.count != total or recv.count != counts[rank] \
+            if send is None or send.count != total or recv.count != counts.counts[rank] \
                     or send.handle != recv.handle:
-                recv = None
-        if recv is None or not within(REDUCE_SCATTER, total * recv.itemsize) or \
-                recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
-            recv = None
-    state = state_of(self, REDUCE_SCATTER) if recv is not None else None
+                recv = send = None
+        fits = recv is not None and within(REDUCE_SCATTER, total * recv.itemsize) and \
+            recv.tcode >= 0 and reducer_defined(opc, recv.tcode)
+    state = state_of(self, REDUCE_SCATTER) if fits else None
     if state is not None:
         code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1,
                     send.address if send is not None else 0, total * recv.itemsize,
@@ -299,7 +303,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
+        pass_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, send, recv, counts)
         passed(REDUCE_SCATTER, t0)
     else:
         t = now()
@@ -309,13 +313,14 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         base = recv.address if send is None else send.address
         addrs = []
         acc = 0
-        for c in counts:
+        for i in range(size):
             addrs.append(base + acc * item)
-            acc += c
+            acc += counts.counts[i]
         zc = run(self, REDUCE_SCATTER, code,
                  lambda: _stock_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
-                 state.pool.reduce_scatter, (addrs, counts, recv.address, item, opc,
-                                             recv.tcode, send is None, "Reduce_scatter"))
+                 state.pool.reduce_scatter, (addrs, counts.count_list(), recv.address, item,
+                                             opc, recv.tcode, send is None,
+                                             "Reduce_scatter"))
         if zc >= 0:
             pooled(REDUCE_SCATTER, total * item, t0)
     if state is not None:

@@ -56,43 +56,46 @@ def Allgatherv(self, sendbuf, recvbuf):
     enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
+    cdef Vector vec = None
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    vec = None
-    if not disabled and not small(recvbuf, lo[ALLGATHERV]):
-        vec = parse_vector(recvbuf, True, size)
+    cdef bint fits = False
+    cdef Py_ssize_t i
+    cdef uint64_t pairs
+    if not disabled:
+        vec = read_vector(recvbuf, True, size)
         if vec is not None:
-            recv, counts, displs = vec
-            if not within(ALLGATHERV, recv.nbytes):
-                vec = None
-            elif sendbuf is not _IN_PLACE:
+            recv = vec.m
+            if sendbuf is not _IN_PLACE:
                 send = parse(sendbuf, False)
-                if send is None or send.nbytes != \
-                        counts[rank] * recv.itemsize:
-                    vec = None
-    state = state_of(self, ALLGATHERV) if vec is not None else None
+            fits = within(ALLGATHERV, recv.nbytes) and (
+                send is not None and send.nbytes == vec.counts[rank] * recv.itemsize
+                or sendbuf is _IN_PLACE)
+    state = state_of(self, ALLGATHERV) if fits else None
     if state is not None:
         code = take(self, state, ALLGATHERV, recv.nbytes, -1)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_allgatherv(self, sendbuf, recvbuf)
+        pass_vector(self, CXL_MPI_ALLGATHERV, sendbuf, recvbuf, -1, send, vec)
         passed(ALLGATHERV, t0)
     else:
         t = now()
         if not time_all:
             t0 = t
         item = recv.itemsize
-        addrs = [recv.address + d * item for d in displs]
-        sizes = [c * item for c in counts]
+        addrs = [recv.address + vec.displs[i] * item for i in range(size)]
+        sizes = [vec.counts[i] * item for i in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
         # every rank's counts must agree with what each sender sends
-        pairs = pairs_sent(rank, [sizes[rank]] * size) + pairs_received(rank, sizes)
+        pairs = pairs_received(rank, vec, item)
+        for i in range(size):
+            pairs += <uint64_t>pair_hash(rank, i, sizes[rank])
         zc = run(self, ALLGATHERV, code, lambda: _stock_allgatherv(self, sendbuf, recvbuf),
-                 state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1, max(sizes),
-                                     "Allgatherv", pairs))
+                 state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1,
+                                     vec.largest * item, "Allgatherv", pairs))
         if zc >= 0:
-            pooled(ALLGATHERV, recv.count * item, t0)
+            pooled(ALLGATHERV, recv.nbytes, t0)
     if state is not None:
         took(state, ALLGATHERV, recv.nbytes, code, zc, t)
 
@@ -156,27 +159,31 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
     """Gather Vector.  Only the root knows every count, so the ranks
     agree in a header step of the control lines: each publishes its
     largest block (or that it cannot take the pool path) and all decide
-    from the maximum alike."""
+    from the maximum alike.  A rank whose own blocks are below the pool's
+    window (the root: every block) sends the call to MPI at once, and the
+    others follow it (`alone`)."""
     enter(self)
     cdef double t0 = start(), t
-    cdef Message send, recv
+    cdef Message send
+    cdef Vector vec
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
-    state, agreed, code, recv, counts, displs, send = settle_rooted_v(
+    cdef Py_ssize_t i
+    state, agreed, code, vec, send = settle_rooted_v(
         self, GATHERV, recvbuf, True, sendbuf, root, size, rank)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        _stock_gatherv(self, sendbuf, recvbuf, root)
+        pass_vector(self, CXL_MPI_GATHERV, sendbuf, recvbuf, root, send, vec)
         passed(GATHERV, t0)
     else:
         t = now()
         if not time_all:
             t0 = t
         if rank == root:
-            item = recv.itemsize
-            addrs = [recv.address + d * item for d in displs]
-            sizes = [c * item for c in counts]
+            item = vec.m.itemsize
+            addrs = [vec.m.address + vec.displs[i] * item for i in range(size)]
+            sizes = [vec.counts[i] * item for i in range(size)]
             sendaddr = addrs[rank] if send is None else send.address
             nbytes = sizes[rank]
         else:

@@ -6,20 +6,22 @@
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
-cdef inline uint64_t pairs_sent(int me, object nbytes):
+cdef inline uint64_t pairs_sent(int me, Vector v, Py_ssize_t item):
     """This rank's share of the block checksum for the blocks it sends
-    (`nbytes[d]` to rank d): see _pool.pair_hash."""
+    (`v.counts[d]` elements of `item` bytes to rank d): see _pool.pair_hash."""
     cdef uint64_t total = 0
-    for d, n in enumerate(nbytes):
-        total += <uint64_t>pair_hash(me, d, n)
+    cdef Py_ssize_t d
+    for d in range(v.blocks):
+        total += <uint64_t>pair_hash(me, d, v.counts[d] * item)
     return total
 
 
-cdef inline uint64_t pairs_received(int me, object nbytes):
-    """The share for the blocks it receives (`nbytes[q]` from rank q)."""
+cdef inline uint64_t pairs_received(int me, Vector v, Py_ssize_t item):
+    """The share for the blocks it receives (`v.counts[q]` from rank q)."""
     cdef uint64_t total = 0
-    for q, n in enumerate(nbytes):
-        total -= <uint64_t>pair_hash(q, me, n)
+    cdef Py_ssize_t q
+    for q in range(v.blocks):
+        total -= <uint64_t>pair_hash(q, me, v.counts[q] * item)
     return total
 
 
@@ -27,6 +29,21 @@ cdef inline uint64_t pairs_received(int me, object nbytes):
 # displacement outside its buffer): never 1 + a block's bytes, which live in
 # memory.  Every rank that sees it raises, so none is left waiting.
 cdef uint64_t REFUSED = 0xFFFFFFFFFFFFFFFF
+
+
+cdef inline bint alone(int which, uint64_t local, int size) noexcept:
+    """Whether a rank whose header value would be `local` (1 + its
+    largest block, 0: it cannot take the pool path) sends a v-collective
+    to MPI on its own: it cannot take the pool, or its largest block puts
+    the call past the pool's window, or its blocks are all below it.  The
+    last is a rule, not a certainty: a peer's blocks may be larger.  The
+    v-collectives take the pool only when no rank's blocks are all small
+    (the root of Gatherv and Scatterv knows every count, the others know
+    their own), so that a small call costs no header step on any rank."""
+    if local == 0:
+        return True
+    cdef Py_ssize_t nbytes = <Py_ssize_t>(local - 1) * size
+    return not within(which, nbytes)
 
 
 cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
@@ -37,16 +54,22 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     from the maximum (code 0: MPI, FOLLOW: MPI after a peer passed the
     call, > 0: the pool).  The header carries the selector's report.  A
     rank that refused its message (`refused`: the error) publishes REFUSED
-    and raises it; the others raise too."""
+    and raises it; the others raise too.
+
+    A rank that sends the call to MPI by the rule of `alone` does so at
+    once (code 0, with a pass mark that its peers in the header step
+    follow): small calls cost no header step."""
     global learning
     learning = False
     if not eligible:
         return None, 0, 0
-    state = state_of(comm, which)
+    state = state_of(comm, which)   # (set up alike on every rank, even one that passes)
     if state is None:
         if refused is not None:
             raise refused
         return None, 0, 0
+    if refused is None and alone(which, local, size) and type(state.pool) is Pool:
+        return None, 0, 0   # (not across pool groups: their leaders agree through MPI)
     cdef uint64_t agreed, most
     cdef Routes r = state.routes
     try:
@@ -58,8 +81,10 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
             agreed, most = state.pool.header(REFUSED if refused is not None else local,
                                              COLLECTIVES[which], root, pairs, report, mine)
     except PoolFailure as exc:
-        if exc.passed and refused is None:  # a peer sent the call to MPI: follow
-            return None, 0, FOLLOW
+        if exc.passed:   # a peer sent the call to MPI: follow (or raise)
+            if refused is None:
+                return None, 0, FOLLOW
+            raise refused from None
         raise run_failed(comm, exc) from None
     if r is not None:
         r.selector.delivered(most)
@@ -82,48 +107,50 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
     """Gatherv / Scatterv: parse the root's vector message (`vbuf`, its
     counts in elements) and every rank's own block (`own`; at the root it
     may be IN_PLACE), then settle the path as `settle` does.  Returns
-    (state, agreed, path code, vector message, counts, displs, own message).
-    Only the root reads `vbuf`: when its counts or displacements run outside
-    the buffer it raises, and the header step makes every rank raise."""
-    cdef Message vmsg = None, mine = None
+    (state, agreed, path code, the root's Vector, own message).  Only the
+    root reads `vbuf`: when its counts or displacements run outside the
+    buffer it raises, and the header step makes every rank raise."""
+    cdef Vector vec = None
+    cdef Message mine = None
     cdef uint64_t local = 0
     eligible = not disabled and lo[which] != NEVER and 0 <= root < size
-    counts = displs = None
     ok = eligible
     refused = None
     if ok and rank == root:
         try:
-            vec = parse_vector(vbuf, vwritable, size)
+            vec = read_vector(vbuf, vwritable, size)
         except ValueError as exc:
             vec, refused = None, exc
-        if vec is None:
-            ok = False
-        else:
-            vmsg, counts, displs = vec
+        ok = vec is not None
     if ok and not (rank == root and own is _IN_PLACE):
         try:
             mine = parse(own, not vwritable)
         except ValueError as exc:
             mine, refused = None, exc
         ok = mine is not None and (rank != root or
-                                   mine.nbytes == counts[rank] * vmsg.itemsize)
+                                   mine.nbytes == vec.counts[rank] * vec.m.itemsize)
     cdef uint64_t pairs = 0
+    cdef Py_ssize_t item, i
     if ok:
-        local = 1 + (max(counts) * vmsg.itemsize if rank == root else mine.nbytes)
+        local = 1 + (vec.largest * vec.m.itemsize if rank == root else mine.nbytes)
+    if ok and not alone(which, local, size):
         # the root's blocks against each rank's own (the root's own block
         # was checked above); Gatherv: ranks send, Scatterv: they receive
         if rank == root:
-            # the root's own block is not exchanged: equal terms cancel
-            sizes = [c * vmsg.itemsize for c in counts]
-            pairs = pairs_received(root, sizes) if vwritable else pairs_sent(root, sizes)
-            pairs += <uint64_t>pair_hash(root, root, sizes[root]) if vwritable \
-                else -<uint64_t>pair_hash(root, root, sizes[root])
+            # the root's own block is not exchanged: its terms cancel
+            item = vec.m.itemsize
+            for i in range(size):
+                if i != root:
+                    if vwritable:
+                        pairs -= <uint64_t>pair_hash(i, root, vec.counts[i] * item)
+                    else:
+                        pairs += <uint64_t>pair_hash(root, i, vec.counts[i] * item)
         elif vwritable:
             pairs = <uint64_t>pair_hash(rank, root, mine.nbytes)
         else:
             pairs = -<uint64_t>pair_hash(root, rank, mine.nbytes)
     state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused)
-    return state, agreed, code, vmsg, counts, displs, mine
+    return state, agreed, code, vec, mine
 
 
 cdef inline object run_failed(object comm, object exc):
