@@ -783,8 +783,11 @@ cdef Vector read_vector(object msg, bint writable, int blocks):
         if c:
             acc = d + c
     if writable and not ordered:
-        spans = sorted((v.displs[i], v.displs[i] + v.counts[i]) for i in range(blocks)
-                       if v.counts[i] > 0)
+        spans = []   # (a loop, not a generator: no closure scope on every call)
+        for i in range(blocks):
+            if v.counts[i] > 0:
+                spans.append((v.displs[i], v.displs[i] + v.counts[i]))
+        spans.sort()
         for i in range(1, len(spans)):
             if spans[i][0] < spans[i - 1][1]:
                 from .errors import CXLMPIMessageError

@@ -21,7 +21,7 @@ def Barrier(self):
         passed(BARRIER, t0)
     else:
         t = t0 = now()
-        zc = run(self, BARRIER, code, lambda: _stock_barrier(self), state.pool.barrier, ())
+        zc = run(self, BARRIER, code, _stock_barrier, (self,), state.pool.barrier, ())
         if zc >= 0:
             pooled(BARRIER, 0, t0)
     took(state, BARRIER, 0, code, zc, t)
@@ -50,7 +50,7 @@ def Bcast(self, buf, int root=0):
         t = now()
         if not time_all:
             t0 = t
-        zc = run(self, BCAST, code, lambda: _stock_bcast(self, buf, root), state.pool.bcast,
+        zc = run(self, BCAST, code, _stock_bcast, (self, buf, root,), state.pool.bcast,
                  (msg.address, msg.nbytes, root))
         if zc >= 0:
             pooled(BCAST, msg.nbytes, t0)

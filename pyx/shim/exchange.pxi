@@ -57,7 +57,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         recv_addrs, recv_sizes = list(zeros), list(zeros)
         recv_sizes[root] = block
         recv_addrs[root] = send_addrs[root] if recv is None else recv.address
-        zc = run(self, SCATTER, code, lambda: _stock_scatter(self, sendbuf, recvbuf, root),
+        zc = run(self, SCATTER, code, _stock_scatter, (self, sendbuf, recvbuf, root,),
                  state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
                                        block, "Scatter"))
         if zc >= 0:
@@ -99,7 +99,7 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
             recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
         else:
             recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
-        zc = run(self, SCATTERV, code, lambda: _stock_scatterv(self, sendbuf, recvbuf, root),
+        zc = run(self, SCATTERV, code, _stock_scatterv, (self, sendbuf, recvbuf, root,),
                  state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
                                        agreed - 1, "Scatterv"))
         if zc >= 0:
@@ -148,7 +148,7 @@ def Alltoall(self, sendbuf, recvbuf):
         send_addrs = recv_addrs if send is None else \
             [send.address + d * block for d in range(size)]
         sizes = [block] * size
-        zc = run(self, ALLTOALL, code, lambda: _stock_alltoall(self, sendbuf, recvbuf),
+        zc = run(self, ALLTOALL, code, _stock_alltoall, (self, sendbuf, recvbuf,),
                  state.pool.exchange, (send_addrs, sizes, recv_addrs, sizes, block,
                                        "Alltoall"))
         if zc >= 0:
@@ -195,7 +195,7 @@ def Alltoallv(self, sendbuf, recvbuf):
         t = now()
         if not time_all:
             t0 = t
-        zc = run(self, ALLTOALLV, code, lambda: _stock_alltoallv(self, sendbuf, recvbuf),
+        zc = run(self, ALLTOALLV, code, _stock_alltoallv, (self, sendbuf, recvbuf,),
                  state.pool.exchange,
                  ([send.address + svec.displs[i] * si for i in range(size)],
                   [svec.counts[i] * si for i in range(size)],
@@ -251,7 +251,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         block = recv.nbytes
         base = recv.address if send is None else send.address
         zc = run(self, REDUCE_SCATTER_BLOCK, code,
-                 lambda: _stock_reduce_scatter_block(self, sendbuf, recvbuf, op),
+                 _stock_reduce_scatter_block, (self, sendbuf, recvbuf, op,),
                  state.pool.reduce_scatter,
                  ([base + d * block for d in range(size)], [recv.count] * size,
                   recv.address, recv.itemsize, opc, recv.tcode, send is None,
@@ -317,7 +317,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
             addrs.append(base + acc * item)
             acc += counts.counts[i]
         zc = run(self, REDUCE_SCATTER, code,
-                 lambda: _stock_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+                 _stock_reduce_scatter, (self, sendbuf, recvbuf, recvcounts, op,),
                  state.pool.reduce_scatter, (addrs, counts.count_list(), recv.address, item,
                                              opc, recv.tcode, send is None,
                                              "Reduce_scatter"))

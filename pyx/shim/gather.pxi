@@ -42,7 +42,7 @@ def Allgather(self, sendbuf, recvbuf):
         block = recv.nbytes
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
-        zc = run(self, ALLGATHER, code, lambda: _stock_allgather(self, sendbuf, recvbuf),
+        zc = run(self, ALLGATHER, code, _stock_allgather, (self, sendbuf, recvbuf,),
                  state.pool.gather, (sendaddr, block, addrs, [block] * size, -1, block,
                                      "Allgather"))
         if zc >= 0:
@@ -91,7 +91,7 @@ def Allgatherv(self, sendbuf, recvbuf):
         pairs = pairs_received(rank, vec, item)
         for i in range(size):
             pairs += <uint64_t>pair_hash(rank, i, sizes[rank])
-        zc = run(self, ALLGATHERV, code, lambda: _stock_allgatherv(self, sendbuf, recvbuf),
+        zc = run(self, ALLGATHERV, code, _stock_allgatherv, (self, sendbuf, recvbuf,),
                  state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1,
                                      vec.largest * item, "Allgatherv", pairs))
         if zc >= 0:
@@ -146,7 +146,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         else:
             addrs = [0] * size
         sendaddr = addrs[rank] if send is None else send.address
-        zc = run(self, GATHER, code, lambda: _stock_gather(self, sendbuf, recvbuf, root),
+        zc = run(self, GATHER, code, _stock_gather, (self, sendbuf, recvbuf, root,),
                  state.pool.gather, (sendaddr, block, addrs, [block] * size, root, block,
                                      "Gather"))
         if zc >= 0:
@@ -191,7 +191,7 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
             sizes = [0] * size
             sendaddr = send.address
             nbytes = send.nbytes
-        zc = run(self, GATHERV, code, lambda: _stock_gatherv(self, sendbuf, recvbuf, root),
+        zc = run(self, GATHERV, code, _stock_gatherv, (self, sendbuf, recvbuf, root,),
                  state.pool.gather, (sendaddr, nbytes, addrs, sizes, root, agreed - 1,
                                      "Gatherv"))
         if zc >= 0:

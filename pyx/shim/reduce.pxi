@@ -29,7 +29,7 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         t = now()
         if not time_all:
             t0 = t
-        zc = run(self, REDUCE, code, lambda: _stock_reduce(self, sendbuf, recvbuf, op, root),
+        zc = run(self, REDUCE, code, _stock_reduce, (self, sendbuf, recvbuf, op, root,),
                  state.pool.reduce, (send.address, recv.address if recv is not None else 0,
                                      send.count, send.itemsize, opc, send.tcode, root))
         if zc >= 0:
@@ -60,7 +60,7 @@ def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         t = now()
         if not time_all:
             t0 = t
-        zc = run(self, ALLREDUCE, code, lambda: _stock_allreduce(self, sendbuf, recvbuf, op),
+        zc = run(self, ALLREDUCE, code, _stock_allreduce, (self, sendbuf, recvbuf, op,),
                  state.pool.reduce, (send.address, recv.address, send.count, send.itemsize,
                                      opc, send.tcode, -1))
         if zc >= 0:
@@ -103,7 +103,7 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
         t = now()
         if not time_all:
             t0 = t
-        zc = run(self, which, code, lambda: stock(self, sendbuf, recvbuf, op),
+        zc = run(self, which, code, stock, (self, sendbuf, recvbuf, op,),
                  state.pool.scan, (send.address, recv.address, send.count, send.itemsize,
                                    opc, send.tcode, which == EXSCAN))
         if zc >= 0:

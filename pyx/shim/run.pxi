@@ -157,13 +157,15 @@ cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
 
 
-cdef int run(object comm, int which, int code, object stock, object method,
-             tuple args) except -9:
+cdef int run(object comm, int which, int code, object stock, tuple stock_args,
+             object method, tuple args) except -9:
     """Run a pool algorithm with the variant of path `code` (1 if it ran
     zero-copy, else 0), turning its failure into the error the user sees (a
     timeout naming the missing ranks, a dead peer, calls that do not
-    match); when a peer sent this call to MPI, call `stock` (the stock
-    collective) instead, as every rank does then (-1)."""
+    match); when a peer sent this call to MPI, call `stock(*stock_args)`
+    (the stock collective) instead, as every rank does then (-1).  (No
+    lambda: a method that makes a closure allocates its scope on every
+    call, pass-through or not.)"""
     try:
         if code > 1:
             res = method(*args, flags=code - 1)
@@ -176,7 +178,7 @@ cdef int run(object comm, int which, int code, object stock, object method,
     except PoolFailure as exc:
         if not exc.passed:
             raise run_failed(comm, exc) from None
-    stock()
+    stock(*stock_args)
     stat_pass[which] += 1
     return -1
 
