@@ -140,8 +140,7 @@ static inline int cxl_mpi_move(int which, const void *s, int sn, cxl_h st, void 
 /* The v-collectives.  A vector message: counts and displacements in
  * elements, as the library's large-count functions take them (MPI_Count and
  * MPI_Aint arrays: MPI 4's `_c` functions, which mpi4py calls where the
- * library has them; MPICH converts the int arrays of the classic ones into
- * those on every call) and as C ints for the classic functions. */
+ * library has them) and as C ints for the classic functions. */
 typedef struct {
     void *buf;
     const intptr_t *counts, *displs;
