@@ -44,6 +44,21 @@ static void *cxl_mpi_fn[CXL_MPI_NFN];
 static int cxl_mpi_int = 0;      /* handles are ints (else pointers) */
 static int cxl_mpi_ready = 0;
 
+/* Look up the `n` functions `names` into `fn`, where mpi4py's extension
+ * module `module` resolves its calls: 1 when every one was found. */
+static int cxl_mpi_lookup(const char *module, const char *const *names, int n, void **fn)
+{
+    void *lib = dlopen(module, RTLD_LAZY | RTLD_NOLOAD);
+    int found = 1;
+    for (int i = 0; i < n && found; i++) {
+        fn[i] = dlsym(RTLD_DEFAULT, names[i]);
+        if (!fn[i] && lib) fn[i] = dlsym(lib, names[i]);
+        found = fn[i] != NULL;
+    }
+    if (lib) dlclose(lib);   /* (RTLD_NOLOAD took a reference: mpi4py keeps it loaded) */
+    return found;
+}
+
 /* Look the functions up; `module` is the path of mpi4py's extension module,
  * `handle_bytes` the size of its handles (MPI._sizeof(MPI.Comm)).  1 when
  * every function was found, 0 otherwise (the calls then stay with mpi4py). */
@@ -53,19 +68,8 @@ static int cxl_mpi_resolve(const char *module, int handle_bytes)
     if (handle_bytes != (int)sizeof(int) && handle_bytes != (int)sizeof(void *))
         return 0;
     cxl_mpi_int = handle_bytes == (int)sizeof(int) && sizeof(int) != sizeof(void *);
-    void *lib = dlopen(module, RTLD_LAZY | RTLD_NOLOAD);
-    for (int i = 0; i < CXL_MPI_NFN; i++) {
-        void *f = dlsym(RTLD_DEFAULT, cxl_mpi_names[i]);
-        if (!f && lib) f = dlsym(lib, cxl_mpi_names[i]);
-        if (!f) {
-            if (lib) dlclose(lib);
-            return 0;
-        }
-        cxl_mpi_fn[i] = f;
-    }
-    if (lib) dlclose(lib);   /* (RTLD_NOLOAD took a reference: mpi4py keeps it loaded) */
-    cxl_mpi_ready = 1;
-    return 1;
+    cxl_mpi_ready = cxl_mpi_lookup(module, cxl_mpi_names, CXL_MPI_NFN, cxl_mpi_fn);
+    return cxl_mpi_ready;
 }
 
 /* The handle stored at `where` (MPI._addressof of an mpi4py object: read at
@@ -163,22 +167,9 @@ static int cxl_mpi_resolve_large(const char *module, int count_bytes, int aint_b
         "MPI_Allgatherv_c", "MPI_Gatherv_c", "MPI_Scatterv_c", "MPI_Alltoallv_c",
         "MPI_Reduce_scatter_c",
     };
-    cxl_mpi_large = 0;
-    if (count_bytes != 8 || aint_bytes != 8 || sizeof(intptr_t) != 8)
-        return 0;
-    void *lib = dlopen(module, RTLD_LAZY | RTLD_NOLOAD);
-    for (int i = 0; i < CXL_MPI_NFN_C; i++) {
-        void *f = dlsym(RTLD_DEFAULT, names[i]);
-        if (!f && lib) f = dlsym(lib, names[i]);
-        if (!f) {
-            if (lib) dlclose(lib);
-            return 0;
-        }
-        cxl_mpi_fn_c[i] = f;
-    }
-    if (lib) dlclose(lib);
-    cxl_mpi_large = 1;
-    return 1;
+    cxl_mpi_large = count_bytes == 8 && aint_bytes == 8 && sizeof(intptr_t) == 8 &&
+                    cxl_mpi_lookup(module, names, CXL_MPI_NFN_C, cxl_mpi_fn_c);
+    return cxl_mpi_large;
 }
 
 typedef const intptr_t *cxl_l;

@@ -175,3 +175,13 @@ def test_aliased_send_and_receive(comm, n):
     same_data = bool(np.array_equal(buf, keep))
     want = _raises(lambda: PLAIN.Allreduce(buf, buf))
     agree(got == want and same_data, f"aliased buffers: cxlmpi {got}, stock {want}")
+
+
+def test_reduce_scatter_counts_not_a_sequence(comm, n):
+    """An int recvcounts: stock mpi4py refuses it (TypeError); so does
+    cxlmpi, straight path or pool, rather than taking it for every block."""
+    send = make_data(np.float64, n * SIZE, 43)
+    recv, untouched = _guarded(n)
+    _same_error(lambda: comm.Reduce_scatter(send, recv, n),
+                lambda: PLAIN.Reduce_scatter(send, recv, n), "int recvcounts")
+    agree(untouched(), "nothing written around the receive buffer")
