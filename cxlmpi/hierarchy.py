@@ -13,18 +13,23 @@ It offers the Pool methods the dispatcher calls for the collectives in
                pool bcast from each leader
     Reduce     pool reduce to each leader, MPI Reduce among leaders to the
                root's leader, then leader to root through the pool
-    Allgather(v), Gather(v)
+    Allgather(v)
                pool gather to each leader (every block padded to the
-               largest), MPI Allgatherv / Gatherv among leaders, then pool
-               bcast of everything (Gather: leader to root); each receiver
-               puts the blocks where they belong
+               largest), an MPI Ibcast of each group's blocks among the
+               leaders, pool bcast of each group's blocks as they arrive
+    Gather(v)  pool gather to each leader (the root's group: to the root),
+               the leaders send their group's blocks to the root's leader,
+               which passes each on to the root through the pool as it
+               arrives
 
 Bcast, Allreduce and Reduce are pipelined: the message is cut into
 segments (`segments`: at most 8, none under CXLMPI_CHUNK_SIZE), and the
 leaders' nonblocking MPI call on one segment runs while the pool moves the
 next (the pool's waits keep MPI progressing), so the network and the pool
 work at once instead of in turn.  Every rank cuts alike: from the message
-size and the settings, which all hold.
+size and the settings, which all hold.  Allgather(v) and Gather(v)
+pipeline by group: one group's blocks move through the pool while the
+next group's are on the network.
 
 A reduction combines each group's contributions first, then the groups': for
 floating point the result can differ in the last bits from a flat reduction,
@@ -56,6 +61,10 @@ _MPI_TYPES = {
 }
 MPI_TYPE = {code: _MPI_TYPES[name] for name, code in TYPE_CODES.items()}
 MPI_OP = {code: getattr(MPI, name) for name, code in OP_CODES.items()}
+BYTE = TYPE_CODES["byte"]
+#: the tag of a Gather's spans sent to the root's leader (on the leaders'
+#: own communicator, which carries nothing else point to point)
+GATHER_TAG = 1
 
 
 #: the most segments a pipelined collective is cut into
@@ -172,14 +181,13 @@ class Hierarchy:
         g_root, l_root = self.where[root]
         leaders = self.leaders
         segs = segments(nbytes, 1, config.get().chunk_size)
-        byte = TYPE_CODES["byte"]
         if self.group == g_root:
             reqs: list[MPI.Request] = []
             try:
                 for first, n in segs:
                     self._local("bcast", address + first, n, l_root)
                     if leaders is not None:
-                        reqs.append(leaders.Ibcast(_buffer(address + first, n, 1, byte),
+                        reqs.append(leaders.Ibcast(_buffer(address + first, n, 1, BYTE),
                                                    g_root))
             except BaseException:
                 _drain(reqs)
@@ -188,7 +196,7 @@ class Hierarchy:
             return
         # every segment's MPI call posted at once (in order on every leader),
         # each passed on in the group once it arrived
-        reqs = [leaders.Ibcast(_buffer(address + first, n, 1, byte), g_root)
+        reqs = [leaders.Ibcast(_buffer(address + first, n, 1, BYTE), g_root)
                 for first, n in segs] if leaders is not None else []
         try:
             for k, (first, n) in enumerate(segs):
@@ -228,7 +236,6 @@ class Hierarchy:
             else:
                 scratch = ctypes.create_string_buffer(max(nbytes, 1))
                 dst = ctypes.addressof(scratch)
-        n_group = len(self.groups[self.group])
 
         def reduce_start(first: int, n: int) -> MPI.Request | None:
             at = first * itemsize
@@ -243,11 +250,9 @@ class Hierarchy:
         def to_root(first: int, n: int) -> None:
             if self.group != g_root or l_root == 0:
                 return
-            at, size = first * itemsize, n * itemsize    # leader -> root
-            self._local("gather", dst + at if dst else 0, size if dst else 0,
-                        [recvaddr + at if self.rank == root else 0] * n_group,
-                        [size if q == 0 else 0 for q in range(n_group)], l_root,
-                        size, "Reduce")
+            at = first * itemsize
+            self._forward(dst + at, recvaddr + at if self.rank == root else 0, n * itemsize,
+                          l_root, "Reduce")
 
         self._pipeline(segs, reduce_start, to_root)
 
@@ -278,57 +283,102 @@ class Hierarchy:
             value = out.value
         return value
 
+    def _forward(self, src: int, dst: int, nbytes: int, to: int, what: str) -> None:
+        """`nbytes` from the group's leader (at `src`) to the group's rank
+        `to` (a local index; at `dst`) through the pool: a step every rank
+        of the group takes (the others send and receive nothing)."""
+        n = len(self.groups[self.group])
+        leader = self.leaders is not None
+        self._local("gather", src if leader else 0, nbytes if leader else 0,
+                    [dst] * n, [nbytes if q == 0 else 0 for q in range(n)], to, nbytes, what)
+
     def gather(self, sendaddr: int, send_nbytes: int, recv_addrs: list[int],
                recv_nbytes: list[int], root: int, max_nbytes: int, what: str,
                pairs: int = 0) -> None:
         """Allgather(v) (root < 0) and Gather(v) over the pool groups (the
-        block checksum `pairs` is not checked across groups: see agree)."""
-        group = self.groups[self.group]
-        size = len(self.where)
+        block checksum `pairs` is not checked across groups: see agree).
+
+        Every block is padded to the largest (`max_nbytes`, which every
+        rank holds), so group g's blocks fill a span of the whole at a
+        place every rank computes alike.  A group gathers its blocks at its
+        leader (the root's group: at the root), in their place; the leaders
+        then move each group's span -- Allgather: an Ibcast per group, all
+        posted at once; Gather: to the root's leader -- and each span goes
+        on through the pool as soon as it arrived, while the next is still
+        on the network: the groups' spans pipeline the two phases."""
         slot = max_nbytes
-        leader = self.leaders is not None
-        # 1. each group's blocks, padded to `slot`, at its leader
-        packed = ctypes.create_string_buffer(max(len(group) * slot, 1)) if leader else None
-        base = ctypes.addressof(packed) if leader else 0
-        if self.pool is not None:
-            self._local("gather", sendaddr, send_nbytes,
-                        [base + i * slot for i in range(len(group))], [slot] * len(group),
-                        0, slot, what)
-        elif send_nbytes:
-            ctypes.memmove(base, sendaddr, send_nbytes)
-        # 2. among leaders: every group's blocks, in group order
+        if slot == 0:       # nothing moves (every rank holds the same slot)
+            return
+        ngroups = len(self.groups)
         counts = [len(g) * slot for g in self.groups]
-        displs = [sum(counts[:g]) for g in range(len(self.groups))]
-        everything = None
-        g_root = self.where[root][0] if root >= 0 else -1
-        if leader or (root >= 0 and self.rank == root) or root < 0:
-            everything = ctypes.create_string_buffer(max(size * slot, 1))
-        whole = ctypes.addressof(everything) if everything is not None else 0
-        if leader and slot:
-            mine = _buffer(base, len(group) * slot, 1, TYPE_CODES["byte"])
-            into = [_buffer(whole, size * slot, 1, TYPE_CODES["byte"])[0], counts, displs,
-                    MPI_TYPE[TYPE_CODES["byte"]]]
-            if root < 0:
-                self.leaders.Allgatherv(mine, into)
-            else:
-                self.leaders.Gatherv(mine, into if self.group == g_root else None, g_root)
-        # 3. to every rank (Allgather) or from the leader to the root (Gather)
-        if root < 0:
-            self._local("bcast", whole, size * slot, 0)
-        elif self.group == g_root and self.where[root][1] != 0:
-            n = len(group)
-            self._local("gather", whole if leader else 0, size * slot if leader else 0,
-                        [whole if self.rank == root else 0] * n,
-                        [size * slot if q == 0 else 0 for q in range(n)],
-                        self.where[root][1], size * slot, what)
-        # 4. each receiver puts the blocks where they belong
-        if root < 0 or self.rank == root:
-            at = 0
-            for ranks in self.groups:
-                for r in ranks:
-                    if recv_nbytes[r] and recv_addrs[r] != whole + at:
-                        ctypes.memmove(recv_addrs[r], whole + at, min(recv_nbytes[r], slot))
-                    at += slot
+        displs = [sum(counts[:g]) for g in range(ngroups)]
+        rooted = root >= 0
+        g_root, l_root = self.where[root] if rooted else (-1, 0)
+        leader = self.leaders is not None
+        in_root_group = self.group == g_root
+        # The whole result, on every rank that receives it and on the
+        # leaders that pass it on; a Gather's other leaders hold their span.
+        whole_here = not rooted or self.rank == root or (leader and in_root_group)
+        buf = ctypes.create_string_buffer(sum(counts) if whole_here
+                                          else counts[self.group] if leader else 1)
+        base = ctypes.addressof(buf)
+        whole = base if whole_here else base - displs[self.group]
+        # 1. the group's blocks, each in its place in the whole, at the
+        #    leader (in the root's group: at the root)
+        local = l_root if in_root_group else 0
+        group = self.groups[self.group]
+        at = whole + displs[self.group]
+        if self.pool is not None:
+            into = [at + i * slot for i in range(len(group))] if group[local] == self.rank \
+                else [0] * len(group)
+            self._local("gather", sendaddr, send_nbytes, into, [slot] * len(group), local,
+                        slot, what)
+        else:
+            ctypes.memmove(at, sendaddr, send_nbytes)
+        span = [(whole + displs[g], counts[g]) for g in range(ngroups)]
+        # 2. among the leaders, and 3. on through the pool, span by span
+        reqs: list[MPI.Request] = []
+        try:
+            if not rooted:
+                if leader:
+                    reqs = [self.leaders.Ibcast(_buffer(*span[g], 1, BYTE), g)
+                            for g in range(ngroups)]
+                for g in [self.group] + [g for g in range(ngroups) if g != self.group]:
+                    if g != self.group and reqs:
+                        reqs[g].Wait()
+                    self._local("bcast", *span[g], 0)
+                    self._place(g, whole, slot, recv_addrs, recv_nbytes)
+                MPI.Request.Waitall(reqs)
+                return
+            if leader and not in_root_group:
+                self.leaders.Send(_buffer(*span[self.group], 1, BYTE), g_root, GATHER_TAG)
+                return
+            if not in_root_group:
+                return
+            if leader:
+                reqs = [self.leaders.Irecv(_buffer(*span[g], 1, BYTE), g, GATHER_TAG)
+                        if g != g_root else MPI.REQUEST_NULL for g in range(ngroups)]
+            for g in range(ngroups):
+                if g != g_root:
+                    if reqs:
+                        reqs[g].Wait()
+                    if l_root != 0:                 # leader -> root
+                        self._forward(span[g][0], span[g][0], counts[g], l_root, what)
+                if self.rank == root:
+                    self._place(g, whole, slot, recv_addrs, recv_nbytes)
+            MPI.Request.Waitall(reqs)
+        except BaseException:
+            _drain(reqs)
+            raise
+
+    def _place(self, g: int, whole: int, slot: int, recv_addrs: list[int],
+               recv_nbytes: list[int]) -> None:
+        """Group g's blocks from the whole to where the caller wants them."""
+        at = whole + sum(len(ranks) for ranks in self.groups[:g]) * slot
+        for r in self.groups[g]:
+            if recv_nbytes[r] and recv_addrs[r] != at:
+                ctypes.memmove(recv_addrs[r], at, min(recv_nbytes[r], slot))
+            at += slot
 
 
 def _finish(pending: tuple[int, int, MPI.Request | None],
