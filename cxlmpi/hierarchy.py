@@ -101,6 +101,15 @@ class Hierarchy:
         self.pool = pool              # None in a group of one rank
         self.hosts = 1                # hosts of the largest group (cxlmpi.group)
         self.leaders = leaders        # MPI among group leaders; None elsewhere
+        # What adaptive selection (cxlmpi._shim.Routes) reads of a pool: the
+        # ranks, the chunk, where pool arrays live (no zero copy across
+        # groups), and a call counter that every rank of the communicator
+        # advances alike -- by one per call of a method below, however
+        # many pool steps its group takes (a group's own pool counts those).
+        self.size = len(self.where)
+        self.chunk_nbytes = config.get().chunk_size
+        self.zerocopy_min_nbytes = 1 << 62
+        self._ops = ctypes.c_uint64(0)
 
     # --------------------------------------------------- Pool's interface
     def close(self) -> None:
@@ -138,8 +147,20 @@ class Hierarchy:
             rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
             raise PoolFailure(code, rank, exc.what) from None
 
+    def ops_address(self) -> int:
+        """The address of the call counter (see Pool.ops_address)."""
+        return ctypes.addressof(self._ops)
+
+    def arena_span(self) -> tuple[int, int]:
+        """No arenas: across groups every call copies (Pool.arena_span)."""
+        return 0, 0
+
+    def _count(self) -> None:
+        self._ops.value += 1
+
     def note_pass(self) -> None:
         """This rank sends its current call to MPI (see Pool.note_pass)."""
+        self._count()
         if self.pool is not None:
             self.pool.note_pass()
 
@@ -148,6 +169,7 @@ class Hierarchy:
         return self.pool.signatures() if self.pool is not None else []
 
     def barrier(self) -> None:
+        self._count()
         self._local("barrier")
         if self.leaders is not None:
             self.leaders.Barrier()
@@ -178,6 +200,7 @@ class Hierarchy:
             raise
 
     def bcast(self, address: int, nbytes: int, root: int) -> None:
+        self._count()
         g_root, l_root = self.where[root]
         leaders = self.leaders
         segs = segments(nbytes, 1, config.get().chunk_size)
@@ -209,6 +232,7 @@ class Hierarchy:
 
     def reduce(self, sendaddr: int, recvaddr: int, count: int, itemsize: int,
                op: int, tcode: int, root: int) -> None:
+        self._count()
         leaders = self.leaders
         segs = segments(count, itemsize, config.get().chunk_size)
         if root < 0:                                  # Allreduce
@@ -272,16 +296,37 @@ class Hierarchy:
         0 when any rank published 0.  The block checksum (`pairs`) sums to
         zero only over the whole communicator, not per group: across pool
         groups the counts are left to MPI's own checks."""
+        return self.header(value, what, root)[0]
+
+    def header(self, value: int, what: str = "header step", root: int = -1,
+               pairs: int = 0, report: int = 0, extra: int = 0) -> tuple[int, int]:
+        """`agree` carrying a report of cxlmpi.select (see Pool.header):
+        (the agreed value, the largest `extra` of any rank).  Each group
+        agrees in its pool, the leaders through one MPI Allreduce (MAX of:
+        whether a group published 0, its value, its largest extra, the
+        report and its complement, which tell a mismatch), and each leader
+        passes the outcome on through its pool -- so every rank returns the
+        same, or raises the same mismatch."""
+        self._count()
+        most = extra
         if self.pool is not None:
-            value = self._local("agree", value, what, root)
+            value, most = self._local("header", value, what, root, 0, report, extra)
+        mismatch = 0
         if self.leaders is not None:
-            any_zero = self.leaders.allreduce(int(value == 0), MPI.MAX)
-            value = 0 if any_zero else self.leaders.allreduce(value, MPI.MAX)
+            mask = (1 << 64) - 1
+            both = (ctypes.c_uint64 * 5)(int(value == 0), value, most, report,
+                                         ~report & mask)
+            self.leaders.Allreduce(MPI.IN_PLACE, [both, MPI.UINT64_T], MPI.MAX)
+            value = 0 if both[0] else both[1]
+            most = both[2]
+            mismatch = int(both[3] != ~both[4] & mask)   # max(report) != min(report)
         if self.pool is not None:
-            out = ctypes.c_uint64(value)
-            self._local("bcast", ctypes.addressof(out), 8, 0)
-            value = out.value
-        return value
+            out = (ctypes.c_uint64 * 3)(value, most, mismatch)
+            self._local("bcast", ctypes.addressof(out), ctypes.sizeof(out), 0)
+            value, most, mismatch = out
+        if mismatch:
+            raise PoolFailure(PoolFailure.MISMATCH, -1, what + " header")
+        return value, most
 
     def _forward(self, src: int, dst: int, nbytes: int, to: int, what: str) -> None:
         """`nbytes` from the group's leader (at `src`) to the group's rank
@@ -306,6 +351,7 @@ class Hierarchy:
         posted at once; Gather: to the root's leader -- and each span goes
         on through the pool as soon as it arrived, while the next is still
         on the network: the groups' spans pipeline the two phases."""
+        self._count()
         slot = max_nbytes
         if slot == 0:       # nothing moves (every rank holds the same slot)
             return

@@ -72,7 +72,7 @@ def report() -> str:
 
         lines.append("adaptive selection (CXLMPI_TUNING=adaptive): each communicator times "
                      "MPI and the pool's variants per collective and size, and keeps the "
-                     "fastest (a pool spanning several groups: the builtin windows below).")
+                     "fastest (across pool groups: MPI or the hierarchy).")
         lines += select.describe_cache(select.cache_path(cfg))
         cfg = config.Config({**os.environ, "CXLMPI_TUNING": "builtin"})
     lines.append(f"windows (bytes, all blocks together; CXLMPI_TUNING={cfg.tuning}):")

@@ -79,7 +79,10 @@ RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
 # What a learning call costs beyond its path, whichever it takes: the header
 # step and this module's bookkeeping (measured about 5 us at 2 ranks).  A
-# constant, not a measurement, so that every rank counts it alike.
+# constant, not a measurement, so that every rank counts it alike (across
+# pool groups, where the header step goes through the leaders' MPI, rank 0
+# measures it when the communicator's pool is set up and tells the others:
+# Selector's `overhead_s`).
 LEARN_OVERHEAD_S = 6e-6
 
 # Collectives by family (config.COLLECTIVES names).
@@ -130,13 +133,14 @@ def class_floor(sc: int) -> int:
 
 
 def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
-               streaming: bool = True) -> list[int]:
+               streaming: bool = True, variants: bool = True) -> list[int]:
     """The paths worth trying for a class, in the order they are tried:
     stock MPI first (the reference every other is judged against), then the
-    pool variants.  Identical on every rank: it depends only on the class
-    and on the pool (its ranks, its chunk)."""
+    pool variants (`variants` False: the pool's one path, as across pool
+    groups).  Identical on every rank: it depends only on the class and on
+    the pool (its ranks, its chunk)."""
     pool = 1
-    if name == "barrier" or name in ("scan", "exscan") or zerocopy:
+    if name == "barrier" or name in ("scan", "exscan") or zerocopy or not variants:
         return [MPI_PATH, pool]
     out = [MPI_PATH]
     big = nbytes > chunk
@@ -186,6 +190,7 @@ class Learner:
     challenger: int | None = None    # what the re-check in progress times against the best
     born: int = 0                    # the communicator's call count at the class's first call
     resume: int = 0                  # exploring waits (on the leader) until this call count
+    overhead: float = LEARN_OVERHEAD_S  # what a learning call costs beyond its path
 
     def __post_init__(self) -> None:
         if not self.alive:
@@ -242,9 +247,9 @@ class Learner:
         the dearest, and every learning call's own overhead."""
         best = self.leader()
         if best is None:
-            return self.explored * LEARN_OVERHEAD_S
+            return self.explored * self.overhead
         floor = self.est[best]
-        total = self.explored * LEARN_OVERHEAD_S
+        total = self.explored * self.overhead
         for c, n in self.ncalls.items():
             total += n * (self.est[c] - floor)
         # The best path alone would pay one cold first call too (the first
@@ -283,7 +288,7 @@ class Learner:
             # untried: between the leader and the slowest a candidate worth
             # keeping may be (a first look is one or two calls)
             risk = self.est.get(code, UNTRIED * floor)
-            need = (self.wasted() + (risk - floor) * self.try_len(code) + LEARN_OVERHEAD_S) \
+            need = (self.wasted() + (risk - floor) * self.try_len(code) + self.overhead) \
                 / floor
             if need > EXPLORE_BUDGET + EXPLORE_SHARE * max(0, ops - self.born):
                 ready = self.born + math.ceil((need - EXPLORE_BUDGET) / EXPLORE_SHARE)
@@ -364,7 +369,7 @@ class Learner:
             self.interval = MAX_INTERVAL
             return
         # (a re-check times a run of each: the other path's extra time)
-        cost = calls * max(runner_s - best_s, 0.0) + 3 * LEARN_OVERHEAD_S
+        cost = calls * max(runner_s - best_s, 0.0) + 3 * self.overhead
         want = int(cost / (CHECK_SHARE * best_s))
         if runner_s < 1.1 * best_s:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want))
@@ -466,11 +471,14 @@ class Selector:
     cxlmpi._shim.Routes, which reads the pool's call counter)."""
 
     def __init__(self, routes: Any, nranks: int, chunk: int, streaming: bool,
-                 prior: dict[str, Any] | None = None) -> None:
+                 prior: dict[str, Any] | None = None, variants: bool = True,
+                 overhead_s: float = LEARN_OVERHEAD_S) -> None:
         self.routes = routes
         self.nranks = nranks
         self.chunk = chunk
         self.streaming = streaming
+        self.variants = variants
+        self.overhead_s = overhead_s
         self.prior = prior or {}
         self.learners: dict[tuple[int, int, int], Learner] = {}
         self.pending: tuple[int, tuple[int, int, int], int, int] | None = None
@@ -480,18 +488,20 @@ class Selector:
         for (which, sc, pl), entry in self.prior.items():
             learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
             if learner is not None:
+                learner.overhead = overhead_s
                 learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(sc), 1)))
                 self.learners[(which, sc, pl)] = learner
                 self._publish((which, sc, pl), learner, 0)
 
     def _candidates(self, which: int, sc: int, pl: int) -> list[int]:
         return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
-                          pl == 1, self.chunk, self.streaming)
+                          pl == 1, self.chunk, self.streaming, self.variants)
 
     def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
         learner = self.learners.get(key)
         if learner is None:
-            learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
+            learner = self.learners[key] = Learner(self._candidates(*key), born=ops,
+                                                   overhead=self.overhead_s)
             learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(key[1]), 1)))
         return learner
 
@@ -643,13 +653,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def fingerprint(nranks: int, mpi_library: str, cfg: config.Config) -> dict[str, Any]:
+def fingerprint(nranks: int, mpi_library: str, cfg: config.Config,
+                groups: list[int] | None = None) -> dict[str, Any]:
     """What a cache entry is valid for: this machine, the ranks of the pool,
-    the MPI library, cxlmpi's version, the pool's backend and coherence."""
-    return {"cpu": _cpu_model(), "cores": os.cpu_count() or 0, "ranks": nranks,
-            "mpi": " ".join(mpi_library.splitlines()[0].split()) if mpi_library else "",
-            "cxlmpi": _version(), "pool": cfg.pool, "coherence": cfg.coherence,
-            "chunk": cfg.chunk_size}
+    the MPI library, cxlmpi's version, the pool's backend and coherence;
+    across pool groups, the ranks of each group (`groups`)."""
+    fp = {"cpu": _cpu_model(), "cores": os.cpu_count() or 0, "ranks": nranks,
+          "mpi": " ".join(mpi_library.splitlines()[0].split()) if mpi_library else "",
+          "cxlmpi": _version(), "pool": cfg.pool, "coherence": cfg.coherence,
+          "chunk": cfg.chunk_size}
+    if groups is not None:
+        fp["groups"] = groups
+    return fp
 
 
 def _version() -> str:
@@ -719,8 +734,11 @@ def describe_cache(path: str | None) -> list[str]:
              f"({len(machines)} machine{'s' if len(machines) != 1 else ''})"]
     for entry in machines.values():
         fp = entry.get("machine", {})
-        lines.append(f"  {fp.get('cpu', '?')}, {fp.get('cores', '?')} cores, "
-                     f"{fp.get('ranks', '?')} ranks per pool, {fp.get('mpi', '?')}, "
+        groups = fp.get("groups")
+        ranks = f"{fp.get('ranks', '?')} ranks per pool" if not groups else \
+            f"{fp.get('ranks', '?')} ranks in pool groups of {'+'.join(map(str, groups))}"
+        lines.append(f"  {fp.get('cpu', '?')}, {fp.get('cores', '?')} cores, {ranks}, "
+                     f"{fp.get('mpi', '?')}, "
                      f"cxlmpi {fp.get('cxlmpi', '?')}, pool {fp.get('pool', '?')}:")
         for name, sizes in sorted(entry.get("decisions", {}).items(),
                                   key=lambda kv: config.COLLECTIVES.index(kv[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+import time
 from typing import Any
 
 from mpi4py import MPI
@@ -101,6 +102,8 @@ def _close_at_exit() -> None:
 
 
 _warned_no_room = False
+# Header steps timed across pool groups when a communicator's pool is set up
+HEADER_TIMINGS = 4
 
 
 def _state_for(comm: MPI.Intracomm) -> _State:
@@ -130,26 +133,40 @@ def _state_for(comm: MPI.Intracomm) -> _State:
         pool = None
     cfg = config.get()
     state = _State(pool, progress.attach(pool, plain) if cfg.progress else None)
-    if cfg.adaptive and isinstance(pool, Pool):
+    if cfg.adaptive and pool is not None:
         _learn(state, pool, plain, cfg)
     _states[comm.handle] = state
     comm.Set_attr(_KEYVAL, state)
     return state
 
 
-def _learn(state: _State, pool: Pool, comm: MPI.Intracomm, cfg: config.Config) -> None:
+def _learn(state: _State, pool: Pool | Hierarchy, comm: MPI.Intracomm,
+           cfg: config.Config) -> None:
     """Collective: give `state` adaptive selection, starting from what the
     cache remembers for this machine (read by rank 0, so that every rank
-    starts from the same decisions)."""
+    starts from the same decisions).  Across pool groups it chooses
+    between MPI and the hierarchy (no variants: Hierarchy takes none)."""
     prior = None
     machine = None
+    across = isinstance(pool, Hierarchy)
+    overhead = select.LEARN_OVERHEAD_S
+    if across:
+        # a learning call's header step goes through the leaders' MPI here:
+        # its cost, as rank 0 measures it, is what the selector counts
+        pool.header(1)          # (the first: MPI's own set-up)
+        start = time.perf_counter()
+        for _ in range(HEADER_TIMINGS):
+            pool.header(1)
+        overhead += (time.perf_counter() - start) / HEADER_TIMINGS
     if comm.Get_rank() == 0:
-        machine = select.fingerprint(pool.size, MPI.Get_library_version(), cfg)
+        groups = [len(g) for g in pool.groups] if across else None
+        machine = select.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)
         prior = select.load_cache(select.cache_path(cfg), machine)
-    machine, prior = comm.bcast((machine, prior), root=0)
+    machine, prior, overhead = comm.bcast((machine, prior, overhead), root=0)
     routes = _shim.Routes(pool)
     routes.selector = select.Selector(routes, pool.size, pool.chunk_nbytes,
-                                      streaming=True, prior=prior)
+                                      streaming=True, prior=prior, variants=not across,
+                                      overhead_s=overhead)
     state.routes = routes
     state.machine = machine
 

@@ -247,8 +247,8 @@ cdef Py_ssize_t *lo = lo1
 cdef Py_ssize_t *hi = hi1
 cdef bint hosts_apart = False
 # CXLMPI_TUNING=adaptive: lo/hi are [CXLMPI_THRESHOLD, -) and each
-# communicator's Routes choose; where it has none (pools spanning groups),
-# the builtin windows (blo/bhi) decide.
+# communicator's Routes choose (a Pool's or a Hierarchy's); where it has
+# none, the builtin windows (blo/bhi) decide.
 cdef bint adaptive = False
 cdef Py_ssize_t blo[NCOLL]
 cdef Py_ssize_t bhi[NCOLL]
@@ -1094,7 +1094,7 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     if hosts_apart and which != BARRIER and not within(which, nbytes):
         return 0   # outside the windows of the pool this call set up
     cdef Routes r = state.routes
-    if r is None:   # pinned (or a pool spanning groups under adaptive)
+    if r is None:   # pinned
         return 1 if not adaptive or which == BARRIER or \
             blo[which] <= nbytes < bhi[which] else 0
     cdef int sc = size_class(nbytes)

@@ -381,13 +381,16 @@ RESIDENT_HINT = "tests/scripts/resident_hint.py"
 ADAPTIVE_ENV = {**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off"}
 
 
-@pytest.mark.parametrize("nranks, seed", [(2, 1), (3, 2)])
-def test_a_job_decides_alike_on_every_rank(nranks: int, seed: int) -> None:
+@pytest.mark.parametrize("nranks, seed, groups", [(2, 1, 1), (3, 2, 1), (3, 4, 2), (4, 3, 2)])
+def test_a_job_decides_alike_on_every_rank(nranks: int, seed: int, groups: int) -> None:
     """Six collectives at three sizes, 600 calls in a random order, every
     rank's timings scrambled by its own factor of 0.1 to 10: every result
     equals stock MPI's, the ranks end with the same decisions, and both
-    paths were used."""
-    proc = run_mpi(nranks, [SELECTION, str(seed)], env=ADAPTIVE_ENV)
+    paths were used.  Also across pool groups, where the header steps agree
+    through the groups' pools and the leaders' MPI (the builtin windows
+    decided there before: nothing was learned)."""
+    env = {**ADAPTIVE_ENV, "CXLMPI_POOL_GROUPS": str(groups)}
+    proc = run_mpi(nranks, [SELECTION, str(seed)], env=env)
     result = tagged_json(proc.stdout, "RESULT")
     assert result["same"] and result["wrong"] == [], result
     assert result["settled"] > 0 and result["learning"] > 0 and result["pool"] > 0, result
