@@ -17,7 +17,7 @@ It offers the Pool methods the dispatcher calls for the collectives in
                pool gather to each leader (every block padded to the
                largest), an MPI Ibcast of each group's blocks among the
                leaders, pool bcast of each group's blocks as they arrive
-    Gather(v)  pool gather to each leader (the root's group: to the root),
+    Gather     pool gather to each leader (the root's group: to the root),
                the leaders send their group's blocks to the root's leader,
                which passes each on to the root through the pool as it
                arrives
@@ -27,7 +27,7 @@ segments (`segments`: at most 8, none under CXLMPI_CHUNK_SIZE), and the
 leaders' nonblocking MPI call on one segment runs while the pool moves the
 next (the pool's waits keep MPI progressing), so the network and the pool
 work at once instead of in turn.  Every rank cuts alike: from the message
-size and the settings, which all hold.  Allgather(v) and Gather(v)
+size and the settings, which all hold.  Allgather(v) and Gather
 pipeline by group: one group's blocks move through the pool while the
 next group's are on the network.
 
@@ -50,8 +50,11 @@ from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
 
 __all__ = ["Hierarchy", "COLLECTIVES"]
 
+# (Not Gatherv: its ranks settle its path in a header step, which across
+# groups goes through the leaders' MPI -- more than a small Gatherv costs
+# in MPI itself: 67 us against 13 us at 4 ranks in two groups of one node.)
 COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv",
-               "gather", "gatherv")
+               "gather")
 
 _MPI_TYPES = {
     "i8": MPI.INT8_T, "i16": MPI.INT16_T, "i32": MPI.INT32_T, "i64": MPI.INT64_T,
@@ -290,18 +293,11 @@ class Hierarchy:
 
     # ------------------------------------------------ gathers, header step
 
-    def agree(self, value: int, what: str = "header step", root: int = -1,
-              pairs: int = 0) -> int:
-        """The header step of Gatherv & co.: the maximum over all ranks, or
-        0 when any rank published 0.  The block checksum (`pairs`) sums to
-        zero only over the whole communicator, not per group: across pool
-        groups the counts are left to MPI's own checks."""
-        return self.header(value, what, root)[0]
-
     def header(self, value: int, what: str = "header step", root: int = -1,
                pairs: int = 0, report: int = 0, extra: int = 0) -> tuple[int, int]:
-        """`agree` carrying a report of cxlmpi.select (see Pool.header):
-        (the agreed value, the largest `extra` of any rank).  Each group
+        """The header step of a learning call (see Pool.header): every rank
+        publishes `value`; returns (the maximum, or 0 when any rank
+        published 0; the largest `extra` of any rank).  Each group
         agrees in its pool, the leaders through one MPI Allreduce (MAX of:
         whether a group published 0, its value, its largest extra, the
         report and its complement, which tell a mismatch), and each leader
@@ -340,8 +336,9 @@ class Hierarchy:
     def gather(self, sendaddr: int, send_nbytes: int, recv_addrs: list[int],
                recv_nbytes: list[int], root: int, max_nbytes: int, what: str,
                pairs: int = 0) -> None:
-        """Allgather(v) (root < 0) and Gather(v) over the pool groups (the
-        block checksum `pairs` is not checked across groups: see agree).
+        """Allgather(v) (root < 0) and Gather over the pool groups (the
+        block checksum `pairs` is left to MPI's own checks: it sums to zero
+        only over the whole communicator, not per group).
 
         Every block is padded to the largest (`max_nbytes`, which every
         rank holds), so group g's blocks fill a span of the whole at a

@@ -70,7 +70,7 @@ import sys
 
 from mpi4py import MPI
 
-from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure, pair_hash, reducer_defined
+from ._pool import OP_CODES, TYPE_CODES, PoolFailure, pair_hash, reducer_defined
 
 # numpy.ndarray once the program has imported numpy.  cxlmpi never imports
 # numpy itself: a program may configure it (thread counts, say) before its

@@ -68,8 +68,8 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
         if refused is not None:
             raise refused
         return None, 0, 0
-    if refused is None and alone(which, local, size) and type(state.pool) is Pool:
-        return None, 0, 0   # (not across pool groups: their leaders agree through MPI)
+    if refused is None and alone(which, local, size):
+        return None, 0, 0
     cdef uint64_t agreed, most
     cdef Routes r = state.routes
     try:
