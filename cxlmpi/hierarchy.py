@@ -361,11 +361,21 @@ class Hierarchy:
         in_root_group = self.group == g_root
         # The whole result, on every rank that receives it and on the
         # leaders that pass it on; a Gather's other leaders hold their span.
-        whole_here = not rooted or self.rank == root or (leader and in_root_group)
-        buf = ctypes.create_string_buffer(sum(counts) if whole_here
-                                          else counts[self.group] if leader else 1)
-        base = ctypes.addressof(buf)
-        whole = base if whole_here else base - displs[self.group]
+        # A receiver whose blocks lie one after the other in the groups'
+        # order, each `slot` long (Allgather, Gather: ranks in consecutive
+        # groups), receives in place: no scratch, no copy into place.
+        receives = not rooted or self.rank == root
+        order = [r for ranks in self.groups for r in ranks]
+        first = recv_addrs[order[0]] if receives else 0
+        if receives and all(recv_nbytes[r] == slot and recv_addrs[r] == first + i * slot
+                            for i, r in enumerate(order)):
+            buf, whole = None, first
+        else:
+            whole_here = receives or (leader and in_root_group)
+            buf = ctypes.create_string_buffer(sum(counts) if whole_here
+                                              else counts[self.group] if leader else 1)
+            base = ctypes.addressof(buf)
+            whole = base if whole_here else base - displs[self.group]
         # 1. the group's blocks, each in its place in the whole, at the
         #    leader (in the root's group: at the root)
         local = l_root if in_root_group else 0

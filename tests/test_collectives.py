@@ -223,12 +223,16 @@ def test_collectives_on_backend(backend: str, tmp_path: Path, monkeypatch) -> No
     (3, 3, {}),
     (2, 4, {"CXLMPI_COHERENCE": "sw", "CXLMPI_EXPECT_FLUSH": "1"}),
     (2, 4, {"CXLMPI_COHERENCE": "emulate", "CXLMPI_EXPECT_FLUSH": "1"}),
+    # MPICH: two emulated hosts of odd and even ranks, each with its pool
+    (1, 4, {"MPIR_CVAR_NUM_CLIQUES": "2", "MPIR_CVAR_ODD_EVEN_CLIQUES": "1"}),
 ])
 def test_collectives_over_pool_groups(groups: int, nranks: int, extra: dict) -> None:
     """CXLMPI_POOL_GROUPS splits the node as if into hosts: collectives run
     in each pool and through MPI among the leaders (at 3 ranks and G = 2, a
     group of two and a group of one; at G = 3, groups of one rank only: no
-    pool, every call goes to MPI)."""
+    pool, every call goes to MPI).  Groups of ranks that are not
+    consecutive (odd and even) place the blocks of Allgather and Gather
+    out of the groups' order."""
     env = dict(SMALL_POOL_ENV, CXLMPI_POOL_GROUPS=str(groups), **extra)
     run_mpi(nranks, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/mpi"],
             env=env)

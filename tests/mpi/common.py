@@ -7,6 +7,7 @@ is left waiting in a collective the others skipped.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -111,17 +112,36 @@ def agree(ok: bool, what: str = "") -> None:
         raise AssertionError(f"{what}: failed on ranks {bad}")
 
 
+@functools.cache
+def pool_groups() -> tuple[int, int]:
+    """(pool groups, ranks in the largest) of a communicator of every rank
+    in this job: CXLMPI_POOL_GROUPS splits a node's ranks, and the nodes
+    MPI sees (MPICH's MPIR_CVAR_NUM_CLIQUES) have a pool each.  Collective
+    on its first call."""
+    from cxlmpi.hierarchy import Hierarchy
+    from cxlmpi.state import pool_state
+
+    comm = cxlmpi.wrap(PLAIN.Dup())
+    try:
+        pool = pool_state(comm)
+        if isinstance(pool, Hierarchy):
+            return len(pool.groups), max(len(g) for g in pool.groups)
+        return (1, SIZE) if pool is not None else (SIZE, 1)
+    finally:
+        comm.Free()
+
+
 def pool_expected(name: str) -> bool:
     """Whether large calls of collective `name` ("objects": the object
     collectives) should go through the pool in this job: with several pool
     groups, only those the hierarchy runs."""
     from cxlmpi import hierarchy
 
-    if SIZE < 2 or CFG.disable or CFG.pool_groups >= SIZE:  # no two ranks share a pool
+    if SIZE < 2 or CFG.disable or pool_groups()[1] < 2:  # no two ranks share a pool
         return False
     if CFG.adaptive and name != "objects":
         return False   # the path is whatever measured fastest: not for a test to say
-    return CFG.pool_groups < 2 or name in hierarchy.COLLECTIVES
+    return pool_groups()[0] < 2 or name in hierarchy.COLLECTIVES
 
 
 def pool_calls(name: str) -> int:

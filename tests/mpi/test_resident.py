@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
-from common import CFG, PLAIN, RANK, SIZE, agree, make_data, same
+from common import CFG, PLAIN, RANK, SIZE, agree, make_data, pool_groups, same
 from mpi4py import MPI
 
 import cxlmpi
@@ -197,8 +197,8 @@ def test_write_back_and_invalidate_outside_collectives(comm):
     if RANK == 0:
         src[:] = 1
     view = comm.Bcast_view(src if RANK == 0 else None, 0)
-    multi = not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool) or \
-        CFG.pool_groups > 1
+    multi = pool_groups()[0] > 1 or \
+        not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool)
     ok = np.all(view == 1)
     comm.Barrier()
     if RANK == 0:
@@ -218,8 +218,8 @@ def test_bcast_view_needs_a_pool_array(comm):
         comm.Bcast_view(np.arange(5) if RANK == 0 else None, 0)
     except ValueError as exc:
         err = str(exc)
-    multi = not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool) or \
-        CFG.pool_groups > 1
+    multi = pool_groups()[0] > 1 or \
+        not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool)
     if SIZE > 1 and not multi:
         agree(err is not None and "not in this communicator's pool" in err, f"{err}")
 
@@ -292,8 +292,8 @@ def test_arrays_are_used_in_place_on_every_derived_communicator(comm):
     derived communicator by `comm`'s, each with stock MPI's result."""
     n = 2 * CFG.zerocopy_threshold // 8 + 5
     base = cxlmpi.arrays.arena_pool(comm)
-    flat = base is not None and isinstance(cxlmpi.state.pool_state(comm), cxlmpi._pool.Pool) \
-        and CFG.pool_groups == 1
+    flat = pool_groups()[0] == 1 and base is not None and \
+        isinstance(cxlmpi.state.pool_state(comm), cxlmpi._pool.Pool)
     bad = []
     for name, sub in _derived(comm):
         p = sub.Get_size()
