@@ -65,6 +65,8 @@ _MPI_TYPES = {
 MPI_TYPE = {code: _MPI_TYPES[name] for name, code in TYPE_CODES.items()}
 MPI_OP = {code: getattr(MPI, name) for name, code in OP_CODES.items()}
 BYTE = TYPE_CODES["byte"]
+# What went wrong in a group's pool at a header step (Hierarchy.header)
+_MISMATCH, _FOLLOW = 1, 2
 #: the tag of a Gather's spans sent to the root's leader (on the leaders'
 #: own communicator, which carries nothing else point to point)
 GATHER_TAG = 1
@@ -113,6 +115,9 @@ class Hierarchy:
         self.chunk_nbytes = config.get().chunk_size
         self.zerocopy_min_nbytes = 1 << 62
         self._ops = ctypes.c_uint64(0)
+        # the group's signatures of a call that did not match, kept over the
+        # steps that told the other groups (see header)
+        self._signed: list[tuple] | None = None
 
     # --------------------------------------------------- Pool's interface
     def close(self) -> None:
@@ -144,11 +149,16 @@ class Hierarchy:
         try:
             return getattr(self.pool, method)(*args)
         except PoolFailure as exc:
-            # A peer that sent the call to MPI cannot be followed half way
-            # through a hierarchical collective: a mismatch here.
-            code = PoolFailure.MISMATCH if exc.passed else exc.code
-            rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
-            raise PoolFailure(code, rank, exc.what) from None
+            raise self._group_failure(exc) from None
+
+    def _group_failure(self, exc: PoolFailure) -> PoolFailure:
+        """A failure of the group's pool as the whole communicator sees it:
+        ranks of the communicator; a peer that sent the call to MPI cannot
+        be followed half way through a hierarchical collective, a mismatch
+        here."""
+        code = PoolFailure.MISMATCH if exc.passed else exc.code
+        rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
+        return PoolFailure(code, rank, exc.what)
 
     def ops_address(self) -> int:
         """The address of the call counter (see Pool.ops_address)."""
@@ -160,6 +170,7 @@ class Hierarchy:
 
     def _count(self) -> None:
         self._ops.value += 1
+        self._signed = None
 
     def note_pass(self) -> None:
         """This rank sends its current call to MPI (see Pool.note_pass)."""
@@ -169,6 +180,8 @@ class Hierarchy:
 
     def signatures(self) -> list[tuple]:
         """The group's signatures of its last call (see Pool.signatures)."""
+        if self._signed is not None:
+            return self._signed
         return self.pool.signatures() if self.pool is not None else []
 
     def barrier(self) -> None:
@@ -297,30 +310,52 @@ class Hierarchy:
                pairs: int = 0, report: int = 0, extra: int = 0) -> tuple[int, int]:
         """The header step of a learning call (see Pool.header): every rank
         publishes `value`; returns (the maximum, or 0 when any rank
-        published 0; the largest `extra` of any rank).  Each group
-        agrees in its pool, the leaders through one MPI Allreduce (MAX of:
-        whether a group published 0, its value, its largest extra, the
-        report and its complement, which tell a mismatch), and each leader
-        passes the outcome on through its pool -- so every rank returns the
-        same, or raises the same mismatch."""
+        published 0; the largest `extra` of any rank).  Each group agrees
+        in its pool, the leaders through one MPI Allreduce (MAX of: whether
+        a group published 0, its value, its largest extra, the report and
+        its complement, which tell a mismatch, and what went wrong in a
+        group), and each leader passes the outcome on through its pool.
+
+        What one group meets, every group learns: a mismatch in a group's
+        pool makes every rank raise one; a rank that sent the call to MPI
+        (its buffer is not one the pool takes) makes every rank follow it
+        there (PoolFailure `passed`) -- its group's other ranks at once,
+        having told the leaders, since that group cannot meet in its pool
+        again for this call.  Only a leader that sent the call to MPI
+        cannot tell the others (Limits in the README)."""
         self._count()
         most = extra
+        failure = None
+        trouble = 0
         if self.pool is not None:
-            value, most = self._local("header", value, what, root, 0, report, extra)
-        mismatch = 0
+            try:
+                value, most = self.pool.header(value, what, root, 0, report, extra)
+            except PoolFailure as exc:
+                if not (exc.passed or exc.mismatch):
+                    raise self._group_failure(exc) from None
+                failure = exc
+                trouble = _FOLLOW if exc.passed else _MISMATCH
+                value = most = 0
+                signed = self.pool.signatures()
         if self.leaders is not None:
             mask = (1 << 64) - 1
-            both = (ctypes.c_uint64 * 5)(int(value == 0), value, most, report,
-                                         ~report & mask)
+            both = (ctypes.c_uint64 * 6)(int(value == 0), value, most, report,
+                                         ~report & mask, trouble)
             self.leaders.Allreduce(MPI.IN_PLACE, [both, MPI.UINT64_T], MPI.MAX)
             value = 0 if both[0] else both[1]
             most = both[2]
-            mismatch = int(both[3] != ~both[4] & mask)   # max(report) != min(report)
-        if self.pool is not None:
-            out = (ctypes.c_uint64 * 3)(value, most, mismatch)
+            mismatch = both[3] != ~both[4] & mask     # max(report) != min(report)
+            trouble = max(both[5], _MISMATCH if mismatch else 0)
+        if self.pool is not None and (failure is None or not failure.passed):
+            out = (ctypes.c_uint64 * 3)(value, most, trouble)
             self._local("bcast", ctypes.addressof(out), ctypes.sizeof(out), 0)
-            value, most, mismatch = out
-        if mismatch:
+            value, most, trouble = out
+        if trouble == _FOLLOW or (failure is not None and failure.passed):
+            raise PoolFailure(PoolFailure.PASSED, -1, what)
+        if trouble == _MISMATCH:
+            if failure is not None:
+                self._signed = signed
+                raise self._group_failure(failure)
             raise PoolFailure(PoolFailure.MISMATCH, -1, what + " header")
         return value, most
 

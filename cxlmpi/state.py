@@ -204,16 +204,23 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
     name = comm.Get_name() or f"communicator {comm.handle:#x}"
     head = (f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
             f"{comm.Get_size()}): the ranks' calls do not match: ")
+    pool = state.pool
+    # across pool groups: the ranks of this rank's group, whose pool compared
+    members = pool.groups[pool.group] if isinstance(pool, Hierarchy) else None
     if exc.rank < 0:
+        if members is not None:   # (no block checksum across groups)
+            return CXLMPIMismatchError(
+                head + "ranks of another pool group called otherwise (sizes, roots, ops "
+                "and types must agree on every rank, as MPI requires)")
         return CXLMPIMismatchError(
             head + "a rank sends a block of a size its receiver does not expect "
             "(the counts of the ranks must agree, as MPI requires)")
-    calls = state.pool.signatures() if state.pool is not None else []
+    calls = pool.signatures() if pool is not None else []
     if not calls:
         return CXLMPIMismatchError(head + "a rank passed the call to MPI")
     seen: dict[tuple, list[int]] = {}
     for q, call in enumerate(calls):
-        seen.setdefault(call, []).append(q)
+        seen.setdefault(call, []).append(members[q] if members is not None else q)
     parts = [f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {_describe(c)}"
              for c, qs in seen.items()]
     return CXLMPIMismatchError(

@@ -238,6 +238,21 @@ def test_collectives_over_pool_groups(groups: int, nranks: int, extra: dict) -> 
             env=env)
 
 
+def test_pool_groups_learn_what_one_group_meets() -> None:
+    """Across pool groups (G = 2, 4 ranks, adaptive selection), a header
+    step's trouble in one group reaches every group: a mismatch on rank 0
+    makes every rank raise one, and a non-leader that sends a learning call
+    to MPI (a derived datatype on that rank only) takes every rank there,
+    each result equal to stock's.  Before, the other group's leader waited
+    in MPI for ever in both cases (the run's timeout)."""
+    env = {"CXLMPI_POOL_GROUPS": "2", "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off",
+           "CXLMPI_TIMEOUT": "20", "CXLMPI_THRESHOLD": "64"}
+    proc = run_mpi(4, ["tests/scripts/groups_trouble.py"], env=env, timeout=90)
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result == {"raised": ["CXLMPIMismatchError"] * 4, "allreduce": True,
+                      "bcast": True}, result
+
+
 def test_pool_path_leaves_malloc_as_stock_mpi_does() -> None:
     """After a large Allreduce, a loop of 1 MiB temporaries faults in about
     as many pages under cxlmpi as under stock MPI: stock MPI's temporary

@@ -1059,6 +1059,7 @@ class PoolFailure(Exception):
     a peer sent the call to MPI, where every rank must follow (`passed`)."""
 
     MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
+    PASSED = ERR_PASSED      # ... and of a call a peer sent to MPI
 
     def __init__(self, code, rank, what):
         super().__init__(code, rank, what)
