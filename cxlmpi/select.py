@@ -75,6 +75,7 @@ MIN_INTERVAL = 64        # calls of the class between re-checks, at least ...
 MAX_INTERVAL = 4096      # ... and at most
 CHECK_SHARE = 0.005      # a re-check may waste this share of the time between
 RECENT = 4               # samples a settled candidate keeps
+STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
 RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
 # What a learning call costs beyond its path, whichever it takes: the header
@@ -144,9 +145,14 @@ def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
         return [MPI_PATH, pool]
     out = [MPI_PATH]
     big = nbytes > chunk
-    # Streaming stores pay once the message leaves the caches; below that
-    # they only force the data out to memory.
-    stream = streaming and nbytes >= 256 << 10
+    # Streaming stores pay once the message leaves the caches, and from a
+    # few pages wherever the readers run on cores that do not share the
+    # writer's cache: they snoop every line of a regular copy out of it.
+    # On one 2-vCPU VM a 64 KiB Bcast through the pool took 3.6, 11-12 or
+    # 38-39 us by where the vCPUs ran (one job to the next), with streaming
+    # stores 7-8 us in every job (stock MPI 10-16 us); at 16 KiB 2.1-10.9
+    # against 3.5-3.9 us (stock 7-8 us).
+    stream = streaming and nbytes >= STREAM_MIN
     large = nbytes >= 4 << 20
     if name in _REDUCE:
         flat, rsag = 1 + FLAT, 1 + RSAG
