@@ -350,7 +350,7 @@ class Hierarchy:
             out = (ctypes.c_uint64 * 3)(value, most, trouble)
             self._local("bcast", ctypes.addressof(out), ctypes.sizeof(out), 0)
             value, most, trouble = out
-        if trouble == _FOLLOW or (failure is not None and failure.passed):
+        if trouble == _FOLLOW:   # (a passer's group set it; the leaders' MAX keeps it)
             raise PoolFailure(PoolFailure.PASSED, -1, what)
         if trouble == _MISMATCH:
             if failure is not None:
@@ -435,7 +435,7 @@ class Hierarchy:
                     if g != self.group and reqs:
                         reqs[g].Wait()
                     self._local("bcast", *span[g], 0)
-                    self._place(g, whole, slot, recv_addrs, recv_nbytes)
+                    self._place(g, span[g][0], slot, recv_addrs, recv_nbytes)
                 MPI.Request.Waitall(reqs)
                 return
             if leader and not in_root_group:
@@ -453,16 +453,16 @@ class Hierarchy:
                     if l_root != 0:                 # leader -> root
                         self._forward(span[g][0], span[g][0], counts[g], l_root, what)
                 if self.rank == root:
-                    self._place(g, whole, slot, recv_addrs, recv_nbytes)
+                    self._place(g, span[g][0], slot, recv_addrs, recv_nbytes)
             MPI.Request.Waitall(reqs)
         except BaseException:
             _drain(reqs)
             raise
 
-    def _place(self, g: int, whole: int, slot: int, recv_addrs: list[int],
+    def _place(self, g: int, at: int, slot: int, recv_addrs: list[int],
                recv_nbytes: list[int]) -> None:
-        """Group g's blocks from the whole to where the caller wants them."""
-        at = whole + sum(len(ranks) for ranks in self.groups[:g]) * slot
+        """Group g's blocks from its span of the whole (at `at`) to where
+        the caller wants them."""
         for r in self.groups[g]:
             if recv_nbytes[r] and recv_addrs[r] != at:
                 ctypes.memmove(recv_addrs[r], at, min(recv_nbytes[r], slot))
