@@ -409,6 +409,9 @@ cdef class Message:
     cdef readonly int tcode
     cdef readonly object datatype
     cdef readonly Py_ssize_t handle   # the datatype's MPI handle
+    # A staged message (see `stage`): (temporary buffer, its datatype,
+    # [(the user's message, byte offset, elements), ...]); None otherwise.
+    cdef object staged
 
     def __dealloc__(self):
         if self.held:
@@ -826,6 +829,230 @@ cdef tuple parse_vector(object msg, bint writable, int blocks):
     if v is None:
         return None
     return v.m, v.count_list(), v.displ_list()
+
+
+# ------------------------------------------------------------- staging
+#
+# A rank may describe its message with a derived datatype while its peers
+# use a plain buffer of the same elements (MPI matches type signatures, not
+# layouts).  Were it to send such a call to MPI on its own, its peers
+# would have to follow it there: in one pool they can (the pass mark), but
+# not where the pool has not been set up yet (its set-up is collective) nor
+# across pool groups (the other groups' leaders wait in the leaders' MPI
+# step).  So a derived datatype whose elements are all of one predefined
+# type the pool takes is staged instead: the call runs on a contiguous
+# temporary buffer of those elements, which `fill` copies the message into
+# and `drain` copies it back out of -- through MPI on a private self
+# communicator, by the datatype itself, so that the layout is MPI's.  Its
+# peers see a message like theirs, and every rank decides alike.  Where the
+# call goes to MPI, MPI gets the user's message as given.  Not for the
+# reductions: MPICH and Open MPI refuse a predefined op on any derived
+# datatype, so such a rank goes to MPI and raises there, as under stock.
+
+cdef object _self_comm = None   # a duplicate of COMM_SELF: the staging copies
+
+
+cdef object one_type(object dtype):
+    """The predefined datatype that every element of `dtype` is, or None
+    (a struct of several, or one the pool does not know)."""
+    base, combiner, params = dtype.decode()
+    if combiner == "NAMED":
+        return dtype if type_info(dtype) is not None else None
+    kids = params["datatypes"] if combiner == "STRUCT" else [base]
+    found, alike = None, True
+    for kid in kids:
+        leaf = one_type(kid) if alike else None
+        if not kid.is_predefined:
+            kid.Free()   # (decode's derived datatypes are new handles)
+        if leaf is None or (found is not None and leaf.handle != found.handle):
+            alike = False
+        found = leaf
+    return found if alike else None
+
+
+cdef tuple derived(object o_buf, object o_type, bint writable):
+    """(buffer length, size, extent, true lower bound, true extent) of a
+    message of a derived datatype whose buffer it may read (`writable`:
+    and write), or None."""
+    if not isinstance(o_type, _DATATYPE) or o_type.is_predefined:
+        return None
+    cdef Py_buffer view
+    try:
+        PyObject_GetBuffer(o_buf, &view, PyBUF_WRITABLE if writable else 0)
+    except Exception:
+        return None
+    cdef Py_ssize_t length = view.len
+    PyBuffer_Release(&view)
+    try:
+        size = o_type.Get_size()
+        extent = o_type.Get_extent()[1]
+        tlb, textent = o_type.Get_true_extent()
+    except MPI.Exception:
+        return None
+    if size <= 0 or extent <= 0 or textent < 0:
+        return None
+    return length, size, extent, tlb, textent
+
+
+cdef bint spans(tuple d, Py_ssize_t displ, Py_ssize_t count) except -1:
+    """Whether `count` elements of the datatype of `d` (see `derived`) from
+    element `displ` on lie within the buffer."""
+    if count == 0:
+        return True
+    cdef Py_ssize_t length = d[0], extent = d[2], tlb = d[3], textent = d[4]
+    if displ > PY_SSIZE_T_MAX // 4 // extent or count > PY_SSIZE_T_MAX // 4 // extent:
+        return False
+    cdef Py_ssize_t first = displ * extent + tlb
+    return first >= 0 and first + (count - 1) * extent + textent <= length
+
+
+cdef Message staging(tuple d, Py_ssize_t total, list parts):
+    """The staged Message of `total` elements of `d`'s datatype, moved as
+    `parts` [(user message, element offset, elements)] say; None when
+    its elements are not all one predefined type."""
+    global _self_comm
+    base = one_type(parts[0][0][3])
+    if base is None:
+        return None
+    info = type_info(base)
+    cdef Py_ssize_t tsize = info[1], k = d[1] // tsize
+    if d[1] % tsize:
+        return None
+    import numpy
+    tmp = numpy.empty(total * d[1], numpy.uint8)
+    cdef Message m = Message.__new__(Message)
+    PyObject_GetBuffer(tmp, &m.view, PyBUF_WRITABLE)
+    m.held = True
+    # the user's datatype (compared as mpi4py compares a reduction's two),
+    # the predefined one's code and size (the pool's kernels read those)
+    m.datatype = parts[0][0][3]
+    m.handle = <Py_ssize_t><uintptr_t>m.datatype.handle   # (never handed to MPI)
+    m.tcode, m.itemsize = info[0], info[1]
+    m.address = <uintptr_t>m.view.buf
+    m.count = total * k
+    m.nbytes = total * d[1]
+    m.staged = (tmp, base, [(msg, off * k * tsize, n * k) for msg, off, n in parts])
+    if _self_comm is None:
+        _self_comm = MPI.COMM_SELF.Dup()
+    return m
+
+
+cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least):
+    """`parse` for a message of a derived datatype (see above) of at least
+    `least` bytes: a Message of its elements in a temporary buffer (`count`
+    per block, as `parse` counts), or None.  Only a message that lies
+    within its buffer is staged (mpi4py does not check a derived datatype's
+    reach); the others go to MPI as before."""
+    parts = unpack(msg, False)
+    if parts is None:
+        return None
+    o_buf, o_count, o_displ, o_type = parts
+    d = derived(o_buf, o_type, writable)
+    if d is None:
+        return None
+    cdef Py_ssize_t nblocks = blocks if blocks > 1 else 1, displ = 0, total
+    try:
+        if o_displ is not None:
+            displ = o_displ.__index__()
+        if o_count is None:
+            if (d[0] - displ * d[2]) % d[2] or (d[0] - displ * d[2]) // d[2] % nblocks:
+                return None
+            total = (d[0] - displ * d[2]) // d[2]
+        else:
+            total = o_count.__index__() * nblocks
+    except (TypeError, AttributeError, OverflowError):
+        return None
+    if displ < 0 or total < 0 or total > PY_SSIZE_T_MAX // 4 // d[1] or \
+            total * d[1] < least or not spans(d, displ, total):
+        return None
+    cdef Message m = staging(d, total, [([o_buf, total, displ, o_type], 0, total)])
+    if m is not None:
+        m.count //= nblocks
+        m.nbytes //= nblocks
+    return m
+
+
+cdef Vector stage_vector(object msg, int blocks):
+    """`read_vector` of a receive vector of a derived datatype (see
+    above): its blocks one after the other in a temporary buffer, or
+    None."""
+    parts = unpack(msg, True)
+    if parts is None:
+        return None
+    o_buf, o_counts, o_displs, o_type = parts
+    if o_counts is None:
+        return None
+    d = derived(o_buf, o_type, True)
+    if d is None:
+        return None
+    cdef Vector v = Vector.__new__(Vector)
+    v.alloc(blocks)
+    if not read_ints(o_counts, blocks, v.counts) or \
+            (o_displs is not None and not read_ints(o_displs, blocks, v.displs)):
+        return None
+    cdef Py_ssize_t total = 0, i, acc = 0
+    moves = []
+    for i in range(blocks):
+        if o_displs is None:
+            v.displs[i] = acc
+            acc += v.counts[i]
+        if v.counts[i] < 0 or v.displs[i] < 0 or not spans(d, v.displs[i], v.counts[i]) \
+                or v.counts[i] > PY_SSIZE_T_MAX // 4 // d[1] - total:
+            return None
+        if v.counts[i]:
+            moves.append(([o_buf, v.counts[i], v.displs[i], o_type], total, v.counts[i]))
+        total += v.counts[i]
+    if not moves:
+        return None
+    v.m = staging(d, total, moves)
+    if v.m is None:
+        return None
+    cdef Py_ssize_t k = v.m.count // total
+    total = 0
+    v.largest = 0
+    v.ints = True
+    for i in range(blocks):
+        v.displs[i] = total
+        v.counts[i] *= k
+        total += v.counts[i]
+        v.largest = max(v.largest, v.counts[i])
+        if v.counts[i] > INT_MAX or v.displs[i] > INT_MAX:
+            v.ints = False
+        else:
+            v.icounts[i], v.idispls[i] = <int>v.counts[i], <int>v.displs[i]
+    return v
+
+
+cdef inline Message parse_any(object msg, bint writable, int blocks=0,
+                              Py_ssize_t least=0):
+    """`parse`, or else `stage` (a message of at least `least` bytes)."""
+    cdef Message m = parse(msg, writable, blocks)
+    return m if m is not None else stage(msg, writable, blocks, least)
+
+
+cdef int fill(Message m) except -1:
+    """Copy a staged message's user buffer into its temporary one (before a
+    pool call reads it); nothing for others."""
+    if m is not None and m.staged is not None:
+        tmp, base, moves = m.staged
+        for user, off, n in moves:
+            _self_comm.Sendrecv(user, 0, 0, [tmp[off:], n, base], 0, 0)
+    return 0
+
+
+cdef int drain(Message m) except -1:
+    """Copy a staged message's temporary buffer back into the user's (after
+    a pool call wrote it)."""
+    if m is not None and m.staged is not None:
+        tmp, base, moves = m.staged
+        for user, off, n in moves:
+            _self_comm.Sendrecv([tmp[off:], n, base], 0, 0, user, 0, 0)
+    return 0
+
+
+cdef inline bint direct(Message m) noexcept:
+    """Whether MPI may be handed `m` as it is (not a staged message)."""
+    return m is not None and m.staged is None
 
 
 cdef inline bint small(object obj, Py_ssize_t limit):

@@ -34,7 +34,7 @@ def Bcast(self, buf, int root=0):
     cdef Message msg = None, parsed = None
     cdef int code = 0, zc = 0
     if not disabled and not skip(self, BCAST, buf) and 0 <= root < comm_size(self):
-        msg = parsed = parse(buf, root != comm_rank(self))
+        msg = parsed = parse_any(buf, root != comm_rank(self), 0, lo[BCAST])
         if msg is not None and not within(BCAST, msg.nbytes):
             msg = None
     state = state_of(self, BCAST) if msg is not None else None
@@ -50,9 +50,13 @@ def Bcast(self, buf, int root=0):
         t = now()
         if not time_all:
             t0 = t
+        if root == comm_rank(self):
+            fill(msg)
         zc = run(self, BCAST, code, _stock_bcast, (self, buf, root,), state.pool.bcast,
                  (msg.address, msg.nbytes, root))
         if zc >= 0:
+            if root != comm_rank(self):
+                drain(msg)
             pooled(BCAST, msg.nbytes, t0)
     if state is not None:
         took(state, BCAST, msg.nbytes, code, zc, t)

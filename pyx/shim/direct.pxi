@@ -110,7 +110,7 @@ cdef int hold(object obj, bint writable, Py_ssize_t blocks, Buf *b) except -1:
 cdef inline int take_message(Message m, Buf *b) noexcept:
     """1: `b` is the parsed message `m` (its buffer held by `m`); 0: none."""
     b.held = False
-    if m is None or m.count > INT_MAX:
+    if not direct(m) or m.count > INT_MAX:
         return 0
     b.buf = <void *>m.address
     b.count = m.count
@@ -303,11 +303,12 @@ cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int r
 cdef inline bint vector_fits(Vector v) noexcept:
     """Whether the library's functions take `v`'s counts: the large-count
     ones take any, the classic ones C ints."""
-    return v is not None and (cxl_mpi_large or v.ints)
+    return v is not None and (v.m is None or v.m.staged is None) and \
+        (cxl_mpi_large or v.ints)
 
 
 cdef inline bint count_fits(Message m) noexcept:
-    return m is not None and (cxl_mpi_large or m.count <= INT_MAX)
+    return direct(m) and (cxl_mpi_large or m.count <= INT_MAX)
 
 
 cdef inline void as_vec(Vector v, void *buf, cxl_h t, cxl_vec *out) noexcept:

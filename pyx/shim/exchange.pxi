@@ -20,15 +20,15 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
                  else skip(self, SCATTER, recvbuf, size)):
         parsed = True
         if rank == root:
-            send = parse(sendbuf, False, size)
+            send = parse_any(sendbuf, False, size, lo[SCATTER])
             if send is not None:
                 block = send.nbytes
                 if recvbuf is not _IN_PLACE:
-                    recv = parse(recvbuf, True)
+                    recv = parse_any(recvbuf, True, 0, lo[SCATTER] // size)
                     if recv is None or recv.nbytes != block:
                         block = -1
         else:
-            recv = parse(recvbuf, True)
+            recv = parse_any(recvbuf, True, 0, lo[SCATTER] // size)
             if recv is not None:
                 block = recv.nbytes
     if block >= 0 and not within(SCATTER, block * size):
@@ -57,10 +57,12 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         recv_addrs, recv_sizes = list(zeros), list(zeros)
         recv_sizes[root] = block
         recv_addrs[root] = send_addrs[root] if recv is None else recv.address
+        fill(send)
         zc = run(self, SCATTER, code, _stock_scatter, (self, sendbuf, recvbuf, root,),
                  state.pool.exchange, (send_addrs, send_sizes, recv_addrs, recv_sizes,
                                        block, "Scatter"))
         if zc >= 0:
+            drain(recv)
             pooled(SCATTER, block * size, t0)
     if state is not None:
         took(state, SCATTER, block * size, code, zc, t)
@@ -120,11 +122,11 @@ def Alltoall(self, sendbuf, recvbuf):
     cdef Message send = None, recv = None
     cdef int size = comm_size(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
-    recv = parse(recvbuf, True, size)
+    recv = parse_any(recvbuf, True, size, lo[ALLTOALL])
     if recv is not None:
         block = recv.nbytes
         if sendbuf is not _IN_PLACE:
-            send = parse(sendbuf, False, size)
+            send = parse_any(sendbuf, False, size, lo[ALLTOALL])
             if send is None or send.nbytes != block:
                 block = -1
         if block >= 0 and not within(ALLTOALL, block * size):
@@ -148,10 +150,12 @@ def Alltoall(self, sendbuf, recvbuf):
         send_addrs = recv_addrs if send is None else \
             [send.address + d * block for d in range(size)]
         sizes = [block] * size
+        fill(recv if send is None else send)
         zc = run(self, ALLTOALL, code, _stock_alltoall, (self, sendbuf, recvbuf,),
                  state.pool.exchange, (send_addrs, sizes, recv_addrs, sizes, block,
                                        "Alltoall"))
         if zc >= 0:
+            drain(recv)
             pooled(ALLTOALL, block * size, t0)
     if state is not None:
         took(state, ALLTOALL, block * size, code, zc, t)

@@ -17,9 +17,9 @@ def Allgather(self, sendbuf, recvbuf):
         return
     cdef Message send = None, recv = None, pr
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    pr = recv = parse(recvbuf, True, size)
+    pr = recv = parse_any(recvbuf, True, size, lo[ALLGATHER])
     if recv is not None and sendbuf is not _IN_PLACE:
-        send = parse(sendbuf, False)
+        send = parse_any(sendbuf, False, 0, lo[ALLGATHER] // size)
         if send is None or send.nbytes != recv.nbytes:
             recv = None
     if recv is not None and not within(ALLGATHER, recv.nbytes * size):
@@ -42,10 +42,12 @@ def Allgather(self, sendbuf, recvbuf):
         block = recv.nbytes
         addrs = [recv.address + q * block for q in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
+        fill(recv if send is None else send)
         zc = run(self, ALLGATHER, code, _stock_allgather, (self, sendbuf, recvbuf,),
                  state.pool.gather, (sendaddr, block, addrs, [block] * size, -1, block,
                                      "Allgather"))
         if zc >= 0:
+            drain(recv)
             pooled(ALLGATHER, block * size, t0)
     if state is not None:
         took(state, ALLGATHER, recv.nbytes * size, code, zc, t)
@@ -63,10 +65,12 @@ def Allgatherv(self, sendbuf, recvbuf):
     cdef uint64_t pairs
     if not disabled:
         vec = read_vector(recvbuf, True, size)
+        if vec is None:
+            vec = stage_vector(recvbuf, size)
         if vec is not None:
             recv = vec.m
             if sendbuf is not _IN_PLACE:
-                send = parse(sendbuf, False)
+                send = parse_any(sendbuf, False)
             fits = within(ALLGATHERV, recv.nbytes) and (
                 send is not None and send.nbytes == vec.counts[rank] * recv.itemsize
                 or sendbuf is _IN_PLACE)
@@ -87,6 +91,7 @@ def Allgatherv(self, sendbuf, recvbuf):
         addrs = [recv.address + vec.displs[i] * item for i in range(size)]
         sizes = [vec.counts[i] * item for i in range(size)]
         sendaddr = addrs[rank] if send is None else send.address
+        fill(recv if send is None else send)
         # every rank's counts must agree with what each sender sends
         pairs = pairs_received(rank, vec, item)
         for i in range(size):
@@ -95,6 +100,7 @@ def Allgatherv(self, sendbuf, recvbuf):
                  state.pool.gather, (sendaddr, sizes[rank], addrs, sizes, -1,
                                      vec.largest * item, "Allgatherv", pairs))
         if zc >= 0:
+            drain(recv)
             pooled(ALLGATHERV, recv.nbytes, t0)
     if state is not None:
         took(state, ALLGATHERV, recv.nbytes, code, zc, t)
@@ -113,15 +119,15 @@ def Gather(self, sendbuf, recvbuf, int root=0):
                  else skip(self, GATHER, sendbuf, size)):
         parsed = True
         if rank == root:
-            recv = parse(recvbuf, True, size)
+            recv = parse_any(recvbuf, True, size, lo[GATHER])
             if recv is not None:
                 block = recv.nbytes
                 if sendbuf is not _IN_PLACE:
-                    send = parse(sendbuf, False)
+                    send = parse_any(sendbuf, False, 0, lo[GATHER] // size)
                     if send is None or send.nbytes != block:
                         block = -1
         else:
-            send = parse(sendbuf, False)
+            send = parse_any(sendbuf, False, 0, lo[GATHER] // size)
             if send is not None:
                 block = send.nbytes
     if block >= 0 and not within(GATHER, block * size):
@@ -146,10 +152,12 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         else:
             addrs = [0] * size
         sendaddr = addrs[rank] if send is None else send.address
+        fill(recv if send is None else send)
         zc = run(self, GATHER, code, _stock_gather, (self, sendbuf, recvbuf, root,),
                  state.pool.gather, (sendaddr, block, addrs, [block] * size, root, block,
                                      "Gather"))
         if zc >= 0:
+            drain(recv)
             pooled(GATHER, block * size, t0)
     if state is not None:
         took(state, GATHER, block * size, code, zc, t)

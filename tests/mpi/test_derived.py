@@ -1,0 +1,154 @@
+"""Some ranks describe their messages with a derived datatype, the others
+pass plain arrays: MPI matches type signatures, not layouts, so the call is
+legal, and stock MPI's result is the reference.
+
+Each collective runs on a communicator of its own, so its first call is the
+one that sets the pool up -- a collective step every rank must take alike
+(before, the ranks with a derived datatype went to MPI alone and the others
+waited in the set-up for ever).  Further calls follow it: with adaptive
+selection they learn and then settle; across pool groups a settled call has
+no header step in which a rank could tell the others that it went to MPI
+(before: the other groups' leaders waited in the leaders' MPI step).  At 4
+ranks the derived ranks are 2 (a group leader at CXLMPI_POOL_GROUPS=2) and
+3; rooted collectives run at a plain root and at a derived one.
+
+Not the reductions: MPICH and Open MPI refuse a predefined op on any
+derived datatype, so a rank that uses one raises, as under stock MPI.
+
+The derived datatype puts a double every 16 bytes: `[b, n, SPACED]` holds
+the n doubles of b[::2], and the odd elements must stay as they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from common import CFG, PLAIN, RANK, SIZE, agree, make_data, pool_calls, pool_expected
+from mpi4py import MPI
+
+import cxlmpi
+
+SPACED = MPI.DOUBLE.Create_resized(0, 16).Commit()   # one double in 16 bytes
+DERIVED = RANK in {SIZE - 1, SIZE // 2}
+CALLS = 6
+# doubles per rank: above the pool's window, several chunks
+N = max(2 * CFG.threshold, 3 * CFG.chunk_size + 24) // 8
+ROOTS = sorted({0, SIZE - 1})
+UNTOUCHED = -7.0   # the gaps between a derived message's doubles
+
+
+class Buf:
+    """The message a rank passes for `n` doubles (`blocks` of them), plain
+    or spaced, and what it holds."""
+
+    def __init__(self, data: np.ndarray, derived: bool, blocks: int = 1) -> None:
+        self.derived = derived
+        if derived:
+            self.raw = np.full(2 * data.size, UNTOUCHED)
+            self.raw[::2] = data
+            self.msg = [self.raw, data.size // blocks, SPACED]
+        else:
+            self.raw = data.copy()
+            self.msg = self.raw
+
+    def values(self) -> np.ndarray:
+        return self.raw[::2].copy() if self.derived else self.raw.copy()
+
+    def gaps_kept(self) -> bool:
+        return not self.derived or bool(np.all(self.raw[1::2] == UNTOUCHED))
+
+
+def vector(data: np.ndarray, counts: list[int], derived: bool) -> tuple[list, Buf]:
+    """An Allgatherv receive message of blocks `counts`, in rank order with
+    one element of room between blocks."""
+    displs = [sum(counts[:i]) + i for i in range(SIZE)]
+    room = np.full(sum(counts) + SIZE, UNTOUCHED)
+    for i in range(SIZE):
+        room[displs[i]:displs[i] + counts[i]] = data[sum(counts[:i]):sum(counts[:i + 1])]
+    buf = Buf(room, derived)
+    return [buf.raw, counts, displs, SPACED if derived else MPI.DOUBLE], buf
+
+
+def run(name: str, call, pool_name: str | None = None) -> None:
+    """`call(comm, seed)` -> (values, gaps kept) on a fresh wrapped
+    communicator and on the plain one, CALLS times; every result equal."""
+    comm = cxlmpi.wrap(PLAIN.Dup())
+    plain = PLAIN.Dup()
+    before = pool_calls(pool_name or name.lower())
+    ok, why = True, ""
+    try:
+        for i in range(CALLS):
+            got, kept = call(comm, 100 + i)
+            want, _ = call(plain, 100 + i)
+            if not (kept and got.shape == want.shape and np.allclose(got, want, 1e-12)):
+                ok, why = False, f"call {i}: gaps kept {kept}"
+                break
+    finally:
+        comm.Free()
+        plain.Free()
+    agree(ok, f"{name} with a derived datatype on ranks {sorted({SIZE - 1, SIZE // 2})}"
+              f" {why}")
+    if pool_expected(pool_name or name.lower()):
+        agree(pool_calls(pool_name or name.lower()) > before, f"{name} used the pool")
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_bcast(root: int) -> None:
+    def call(c, seed):
+        b = Buf(make_data(np.float64, N, seed) if RANK == root else np.zeros(N), DERIVED)
+        c.Bcast(b.msg, root)
+        return b.values(), b.gaps_kept()
+    run("Bcast", call)
+
+
+def test_allgather() -> None:
+    def call(c, seed):
+        s = Buf(make_data(np.float64, N, seed), DERIVED)
+        r = Buf(np.zeros(N * SIZE), not DERIVED, SIZE)
+        c.Allgather(s.msg, r.msg)
+        return r.values(), r.gaps_kept()
+    run("Allgather", call)
+
+
+@pytest.mark.parametrize("mix", ["send", "every receive"])
+def test_allgatherv(mix: str) -> None:
+    """Derived send buffers on some ranks, or derived receive vectors on
+    every rank (MPICH's own ring algorithm truncates a large Allgatherv
+    whose receive datatypes differ between ranks)."""
+    counts = [N + 3 * q for q in range(SIZE)]
+
+    def call(c, seed):
+        s = Buf(make_data(np.float64, counts[RANK], seed), DERIVED and mix == "send")
+        msg, r = vector(np.zeros(sum(counts)), counts, mix == "every receive")
+        c.Allgatherv(s.msg, msg)
+        return r.values(), r.gaps_kept()
+    run("Allgatherv", call)
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_gather(root: int) -> None:
+    def call(c, seed):
+        s = Buf(make_data(np.float64, N, seed), DERIVED)
+        r = Buf(np.zeros(N * SIZE), DERIVED, SIZE)
+        c.Gather(s.msg, r.msg, root)
+        return (r.values() if RANK == root else np.zeros(0)), r.gaps_kept()
+    run("Gather", call)
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_scatter(root: int) -> None:
+    def call(c, seed):
+        s = Buf(make_data(np.float64, N * SIZE, seed), DERIVED, SIZE)
+        r = Buf(np.zeros(N), not DERIVED)
+        c.Scatter(s.msg, r.msg, root)
+        return r.values(), r.gaps_kept()
+    run("Scatter", call)
+
+
+def test_alltoall() -> None:
+    def call(c, seed):
+        s = Buf(make_data(np.float64, N * SIZE, seed), DERIVED, SIZE)
+        r = Buf(np.zeros(N * SIZE), not DERIVED, SIZE)
+        c.Alltoall(s.msg, r.msg)
+        return r.values(), r.gaps_kept()
+    run("Alltoall", call)
