@@ -889,21 +889,21 @@ cdef tuple derived(object o_buf, object o_type, bint writable):
         tlb, textent = o_type.Get_true_extent()
     except MPI.Exception:
         return None
-    if size <= 0 or extent <= 0 or textent < 0:
+    if size <= 0 or textent < 0:
         return None
     return length, size, extent, tlb, textent
 
 
-cdef bint spans(tuple d, Py_ssize_t displ, Py_ssize_t count) except -1:
+cdef bint spans(tuple d, object displ, object count) except -1:
     """Whether `count` elements of the datatype of `d` (see `derived`) from
-    element `displ` on lie within the buffer."""
+    element `displ` on lie within the buffer (Python ints: nothing wraps
+    around; the extent may be zero or negative)."""
     if count == 0:
         return True
-    cdef Py_ssize_t length = d[0], extent = d[2], tlb = d[3], textent = d[4]
-    if displ > PY_SSIZE_T_MAX // 4 // extent or count > PY_SSIZE_T_MAX // 4 // extent:
-        return False
-    cdef Py_ssize_t first = displ * extent + tlb
-    return first >= 0 and first + (count - 1) * extent + textent <= length
+    length, extent, tlb, textent = d[0], d[2], d[3], d[4]
+    first = displ * extent + tlb
+    last = (displ + count - 1) * extent + tlb
+    return min(first, last) >= 0 and max(first, last) + textent <= length
 
 
 cdef Message staging(tuple d, Py_ssize_t total, list parts):
@@ -955,7 +955,8 @@ cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least):
         if o_displ is not None:
             displ = o_displ.__index__()
         if o_count is None:
-            if (d[0] - displ * d[2]) % d[2] or (d[0] - displ * d[2]) // d[2] % nblocks:
+            if d[2] <= 0 or (d[0] - displ * d[2]) % d[2] or \
+                    (d[0] - displ * d[2]) // d[2] % nblocks:
                 return None
             total = (d[0] - displ * d[2]) // d[2]
         else:
@@ -980,17 +981,34 @@ cdef Vector stage_vector(object msg, int blocks):
     if parts is None:
         return None
     o_buf, o_counts, o_displs, o_type = parts
-    if o_counts is None:
-        return None
     d = derived(o_buf, o_type, True)
     if d is None:
         return None
     cdef Vector v = Vector.__new__(Vector)
     v.alloc(blocks)
-    if not read_ints(o_counts, blocks, v.counts) or \
-            (o_displs is not None and not read_ints(o_displs, blocks, v.displs)):
+    cdef Py_ssize_t total = 0, i, acc = 0, length
+    # counts and displacements as mpi4py reads them (see read_vector): the
+    # buffer's elements split evenly when none are given, a displacement
+    # given as one int the stride between blocks
+    try:
+        if o_counts is None:
+            if d[2] <= 0 or d[0] % d[2]:
+                return None
+            length = d[0] // d[2]
+            for i in range(blocks):
+                v.counts[i] = length // blocks + (length % blocks > i)
+        elif not read_ints(o_counts, blocks, v.counts):
+            return None
+        if o_displs is not None and type(o_displs) is not list and \
+                type(o_displs) is not tuple and is_integral(o_displs):
+            acc = o_displs.__index__()
+            for i in range(blocks):
+                v.displs[i] = acc * i
+        elif o_displs is not None and not read_ints(o_displs, blocks, v.displs):
+            return None
+    except (TypeError, AttributeError, OverflowError):
         return None
-    cdef Py_ssize_t total = 0, i, acc = 0
+    acc = 0
     moves = []
     for i in range(blocks):
         if o_displs is None:

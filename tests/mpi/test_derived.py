@@ -110,19 +110,51 @@ def test_allgather() -> None:
     run("Allgather", call)
 
 
-@pytest.mark.parametrize("mix", ["send", "every receive"])
+@pytest.mark.parametrize("mix", ["send", "every receive", "some receive, a stride",
+                                 "some receive, counts inferred"])
 def test_allgatherv(mix: str) -> None:
-    """Derived send buffers on some ranks, or derived receive vectors on
-    every rank (MPICH's own ring algorithm truncates a large Allgatherv
-    whose receive datatypes differ between ranks)."""
-    counts = [N + 3 * q for q in range(SIZE)]
+    """Derived send buffers on some ranks, or derived receive vectors --
+    on every rank (MPICH's own ring algorithm truncates a large Allgatherv
+    whose receive datatypes differ between ranks), or on some ranks with a
+    smaller message: displacements as one int (the stride between
+    blocks), counts inferred from the buffer (split evenly)."""
+    some = mix.startswith("some")
+    n = max(CFG.threshold, 16 << 10) // 8 if some else N
+    counts = [n] * SIZE if some else [n + 3 * q for q in range(SIZE)]
 
     def call(c, seed):
         s = Buf(make_data(np.float64, counts[RANK], seed), DERIVED and mix == "send")
-        msg, r = vector(np.zeros(sum(counts)), counts, mix == "every receive")
+        if some:
+            stride = n + 2 if "stride" in mix else n
+            room = np.full(stride * SIZE, UNTOUCHED)
+            r = Buf(room, DERIVED)
+            dt = SPACED if DERIVED else MPI.DOUBLE
+            msg = [r.raw, counts, stride, dt] if "stride" in mix else [r.raw, dt]
+        else:
+            msg, r = vector(np.zeros(sum(counts)), counts, mix == "every receive")
         c.Allgatherv(s.msg, msg)
         return r.values(), r.gaps_kept()
     run("Allgatherv", call)
+
+
+def test_bcast_zero_extent() -> None:
+    """The root sends one double N times (a datatype of extent 0), the
+    others receive N doubles."""
+    zero = MPI.DOUBLE.Create_resized(0, 0).Commit()
+    root = SIZE - 1
+
+    def call(c, seed):
+        if RANK == root:
+            one = make_data(np.float64, 1, seed)
+            c.Bcast([one, N, zero], root)
+            return np.full(N, one[0]), True
+        b = np.zeros(N)
+        c.Bcast(b, root)
+        return b, True
+    try:
+        run("Bcast", call)
+    finally:
+        zero.Free()
 
 
 @pytest.mark.parametrize("root", ROOTS)
