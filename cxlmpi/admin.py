@@ -2,8 +2,9 @@
 what dead jobs left in it (``python -m cxlmpi --pool-status / --pool-reset``).
 
 Only file: and dax: pools have something to administer: a partition table
-that outlives the jobs.  shm and numa pools are private segments whose names
-are unlinked as soon as every rank has mapped them: nothing is left behind.
+that outlives the jobs.  shm and numa pools are private segments without
+names (or whose names are unlinked as soon as every rank has mapped them):
+nothing is left behind.
 """
 
 from __future__ import annotations

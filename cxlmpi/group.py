@@ -34,7 +34,7 @@ import os
 from mpi4py import MPI
 
 from . import backends, config
-from ._pool import Pool, check_layout, configure_emulation, cpu_features
+from ._pool import UNREACHABLE, Pool, check_layout, configure_emulation, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
@@ -313,7 +313,7 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 pool = Pool.create(0, n, size,
                                    numa_node=spec.node if spec.kind == "numa" else -1,
                                    arena_nbytes=arena, emulate=emulate)
-                where = pool.name
+                where = pool.locator
         except (OSError, ValueError, CXLMPIError) as exc:
             error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
     where, error = group.bcast((where, error), root=0)
@@ -330,6 +330,23 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 pool = Pool.attach(where, rank, n, size, arena, emulate=emulate)
         except (OSError, ValueError) as exc:
             error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
+    if not spec.shared_file and isinstance(where, tuple):   # (alike in the group)
+        # an unnamed segment: where a rank could not open it through the
+        # creator's /proc (another pid namespace, say), name it for those
+        # (unlinked below, once they have mapped it)
+        unreached = UNREACHABLE in (error or "")
+        if group.allreduce(unreached, op=MPI.LOR):
+            try:
+                where = pool.publish() if rank == 0 else None
+            except OSError as exc:
+                where, error = None, f"rank {comm.Get_rank()} could not name pool: {exc}"
+            where = group.bcast(where, root=0)
+            if unreached and where is not None:
+                try:
+                    pool = Pool.attach(where, rank, n, size, arena, emulate=emulate)
+                    error = None
+                except (OSError, ValueError) as exc:
+                    error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
     if error and not spec.shared_file:
         error += " (check /dev/shm space and CXLMPI_POOL_SIZE)"
     try:

@@ -116,10 +116,11 @@ def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
 
 
 def test_segment_private_and_unlinked_once_mapped() -> None:
-    """Inside a job, after the first pool collective: the names of its two
-    segments -- the communicator's pool, without arenas, and the node heap
-    of pool-resident arrays it shares -- are gone from /dev/shm, each rank
-    maps each of them once, "(deleted)", at its size, and (where
+    """Inside a job, after the first pool collective: its two segments --
+    the communicator's pool, without arenas, and the node heap of
+    pool-resident arrays it shares -- have no name in /dev/shm (they never
+    had one: O_TMPFILE), each rank maps each of them once, files of
+    /dev/shm, "(deleted)", at its size, and (where
     /proc/self/map_files is readable) the files are mode 0600 and owned by
     the job's user."""
     before = our_segments()
@@ -135,13 +136,13 @@ def test_segment_private_and_unlinked_once_mapped() -> None:
     for rep in everyone:
         assert rep["allreduce_close"] and rep["pool_calls"] == 1, rep
         assert {m["path"] for m in rep["maps"]} == {
-            f"/dev/shm{seg['name']} (deleted)" for seg in (pool, heap)}, rep
+            f"/dev/shm/#{seg['inode']} (deleted)" for seg in (pool, heap)}, rep
         for seg in (pool, heap):
             assert seg["name"].startswith("/cxlmpi-") and not seg["exists"], rep
             # one mapping (the heap's arenas, asked for huge pages, may be a
             # second kernel area right after the first)
             areas = sorted((int(m["range"].split("-")[0], 16), int(m["range"].split("-")[1], 16))
-                           for m in rep["maps"] if seg["name"] in m["path"])
+                           for m in rep["maps"] if m["inode"] == seg["inode"])
             assert all(a[1] == b[0] for a, b in zip(areas, areas[1:])), rep
             assert areas[-1][1] - areas[0][0] == seg["nbytes"], rep
             assert all(m["perms"] == "rw-s" for m in rep["maps"]), rep
@@ -151,15 +152,19 @@ def test_segment_private_and_unlinked_once_mapped() -> None:
     assert leaked_segments(before) == []
 
 
-# Holds a live segment: created with Pool.create, name on stdout, closed
-# (unmapped and unlinked) when a line arrives on stdin.  A process of its own
-# so that the test process never initializes MPI (importing cxlmpi does).
+# Holds a live segment: created with Pool.create (unnamed: argv[1] == "1"),
+# what others open it by (its /dev/shm path, or its /proc/PID/fd path) and
+# whether /dev/shm shows it on stdout; closed (unmapped and unlinked) when a
+# line arrives on stdin, or killed.  A process of its own so that the test
+# process never initializes MPI (importing cxlmpi does).
 _OWNER = """\
 import os, sys
 from cxlmpi._pool import Pool
-pool = Pool.create(0, 2, 1 << 20)
-st = os.stat("/dev/shm" + pool.name)
-print(pool.name, oct(st.st_mode & 0o7777), st.st_uid, flush=True)
+pool = Pool.create(0, 2, 1 << 20, unnamed=sys.argv[1] == "1")
+path = pool.locator[0] if isinstance(pool.locator, tuple) else "/dev/shm" + pool.name
+st = os.stat(path)
+print(path, oct(st.st_mode & 0o7777), st.st_uid, os.path.exists("/dev/shm" + pool.name),
+      flush=True)
 sys.stdin.readline()
 pool.close()
 print("CLOSED", os.path.exists("/dev/shm" + pool.name), flush=True)
@@ -198,25 +203,32 @@ def _run_as(user: pwd.struct_passwd, args: list[str]) -> subprocess.CompletedPro
     pytest.skip(f"cannot run Python as {user.pw_name}: {'; '.join(why)}")
 
 
-def test_segment_closed_to_other_users() -> None:
+def _start_owner(unnamed: bool) -> tuple[subprocess.Popen, list[str]]:
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, "1" if unnamed else "0"],
+                             cwd=ROOT, env=mpi_env(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = owner.stdout.readline()
+    assert line, owner.communicate(timeout=30)[1]
+    return owner, line.split()
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_segment_closed_to_other_users(unnamed: bool) -> None:
     """A live segment (made by Pool.create and not unlinked) is mode 0600:
-    a process running as `nobody` cannot open it (PermissionError); closing
-    the pool unlinks it."""
+    a process running as `nobody` cannot open it (PermissionError), by its
+    name in /dev/shm or, unnamed, through its creator's /proc/PID/fd;
+    closing the pool unlinks a name."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run a process as another user")
     try:
         nobody = pwd.getpwnam("nobody")
     except KeyError:
         pytest.skip("no user nobody")
-    owner = subprocess.Popen([sys.executable, "-c", _OWNER], cwd=ROOT, env=mpi_env(),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    owner, (path, mode, uid, named) = _start_owner(unnamed)
     try:
-        line = owner.stdout.readline()
-        assert line, owner.communicate(timeout=30)[1]
-        name, mode, uid = line.split()
-        assert name.startswith("/cxlmpi-") and mode == "0o600" and int(uid) == os.getuid()
-        path = "/dev/shm" + name
+        assert mode == "0o600" and int(uid) == os.getuid()
+        assert path.startswith("/proc/" if unnamed else "/dev/shm/cxlmpi-"), path
+        assert named == str(not unnamed)
         intruder = _run_as(nobody, [_INTRUDER, path])
         assert "REFUSED PermissionError" in intruder.stdout, intruder.stdout
         assert os.path.exists(path)  # still live while the test ran
@@ -224,6 +236,50 @@ def test_segment_closed_to_other_users() -> None:
         out, err = owner.communicate("close\n", timeout=30)
     assert owner.returncode == 0, err
     assert out.split() == ["CLOSED", "False"], (out, err)
+
+
+def test_a_killed_creator_leaves_no_segment() -> None:
+    """A pool's segment has no name while it lives, so a job killed at any
+    moment -- before its ranks have mapped it and the name was removed, as
+    with a named one -- leaves nothing in /dev/shm (the named fallback,
+    for ranks that cannot reach /proc, does)."""
+    for unnamed in (True, False):
+        before = set(our_segments())
+        owner, (path, _, _, named) = _start_owner(unnamed)
+        owner.kill()
+        owner.communicate(timeout=30)
+        left = set(our_segments()) - before
+        if unnamed:
+            assert named == "False" and not left, (path, left)
+        else:   # (the fallback's window, removed here by hand)
+            assert named == "True" and len(left) == 1, left
+            os.unlink("/dev/shm/" + left.pop())
+
+
+def test_a_rank_in_another_pid_namespace_gets_a_named_segment() -> None:
+    """Rank 1 in a pid namespace of its own (a container, say) cannot open
+    the pool's unnamed segment through rank 0's /proc: rank 0 names it,
+    rank 1 maps it by the name, the name is removed once both have, and
+    the pool's Allreduce equals stock MPI's."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1)")
+    if os.environ.get("CXLMPI_TEST_OPENMPI"):
+        pytest.skip("MPICH's launcher syntax and settings")
+    before = our_segments()
+    script = "tests/scripts/pid_namespace.py"
+    # (MPI itself across pid namespaces: TCP, no cross-memory attach)
+    job = launch_mpi(1, [script, ":", "-n", "1", "unshare", "--pid", "--fork",
+                         "--mount-proc", sys.executable, script],
+                     env={"CXLMPI_TUNING": "pool", "UCX_TLS": "tcp,self",
+                          "MPIR_CVAR_CH4_CMA_ENABLE": "0"}, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    result = tagged_json(job.stdout, "RESULT")
+    assert result["pids"][1] == 1, result          # the premise: a namespace of its own
+    assert result["ok"] and result["pool_calls"] == [1, 1], result
+    name = result["locators"][0]
+    assert result["locators"] == [name, name] and name.startswith("/cxlmpi-"), result
+    assert not os.path.exists("/dev/shm" + name)
+    assert leaked_segments(before) == []
 
 
 # -------------------------------------------------------------- d. SIGINT

@@ -18,6 +18,16 @@ class PoolNoSpace(MemoryError):
 # cannot be reserved falls back - private memory for arrays, MPI for a pool
 # that cannot be created - and the process says so once (cxl_no_space).
 NO_SPACE = "not enough shared memory"
+# Where POSIX shared memory lives (glibc's shm_open), and the start of the
+# error of a rank that cannot open an unnamed segment (see Pool.attach).
+SHM_DIR = "/dev/shm"
+
+cdef extern from "<fcntl.h>" nogil:
+    int AT_FDCWD
+    int AT_SYMLINK_FOLLOW
+    int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+               int flags)
+UNREACHABLE = "cannot open the unnamed segment"
 
 
 cdef extern from *:
@@ -91,14 +101,20 @@ cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
 cdef class Pool:
     """One mapped segment and this rank's view of it (one per communicator).
 
-    Create with `Pool.create(...)` on the group leader, send `name` to the
-    others, `Pool.attach(name, ...)` there, then `unlink()` on the leader
-    once every rank has attached.
+    Create with `Pool.create(...)` on the group leader, send `locator` to
+    the others, `Pool.attach(locator, ...)` there, then `unlink()` on the
+    leader once every rank has attached.  The segment has no name at all
+    where it can (an O_TMPFILE file on /dev/shm, which the others open
+    through the leader's /proc/PID/fd): a job killed at any moment leaves
+    nothing behind.  Where a rank cannot reach it so (another pid
+    namespace, no /proc), `publish` gives it a name for the others to open
+    by, and `unlink` removes it once all have.
     """
     cdef state_t st
     cdef size_t nbytes
     cdef readonly str name
     cdef readonly bint unlinked
+    cdef readonly object locator   # what the others open: the name, or (path, name, inode)
     # The tunables, set by `tune` (from the configuration); zero before.
     cdef readonly size_t chunk_nbytes
     cdef readonly size_t rsag_min_nbytes
@@ -145,6 +161,7 @@ cdef class Pool:
         cdef cxl_ctrl *line
         cdef char *shared
         cdef bint mine = self.pid == this_pid
+        self.locator = None
         if self.st.base != NULL:
             if mine and not self.detached and self.st.size > 0:
                 line = ctrl(&self.st, self.st.rank)  # this rank is gone
@@ -183,9 +200,11 @@ cdef class Pool:
 
     @staticmethod
     def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
-               int numa_node=-1, size_t arena_nbytes=0, bint emulate=False):
-        """Create, size and map a new POSIX shared-memory segment under an
-        unguessable name (O_EXCL, mode 0600); returns the Pool of the
+               int numa_node=-1, size_t arena_nbytes=0, bint emulate=False,
+               bint unnamed=True):
+        """Create, size and map a new POSIX shared-memory segment, mode
+        0600: without a name (`unnamed`, where /dev/shm takes O_TMPFILE),
+        else under an unguessable one (O_EXCL); returns the Pool of the
         creating rank.  With `numa_node` >= 0 the segment's pages are bound
         to that NUMA node (the policy is stored with the shared object, so
         every rank's page faults follow it).  `emulate`: this process sees
@@ -194,12 +213,26 @@ cdef class Pool:
         cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
         name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
         cdef bytes bname = name.encode()
-        cdef int fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
-        if fd < 0:
-            raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+        cdef int fd = -1
+        cdef struct_stat sb
+        if unnamed:
+            try:
+                fd = os.open(SHM_DIR, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            except OSError:
+                fd = -1   # (a kernel or file system without O_TMPFILE: named)
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
-        pool.unlinked = False
+        if fd >= 0:
+            if fstat(fd, &sb) != 0:
+                close(fd)
+                raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
+            pool.locator = (f"/proc/{os.getpid()}/fd/{fd}", name, sb.st_ino)
+        else:
+            fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
+            if fd < 0:
+                raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+            pool.unlinked = False
+            pool.locator = name
         pool.fd = fd                # kept: arena blocks are reserved through it
         try:
             if ftruncate(fd, total) != 0:
@@ -219,22 +252,38 @@ cdef class Pool:
         return pool
 
     @staticmethod
-    def attach(str name, int rank, int nranks, size_t pool_nbytes,
+    def attach(object locator, int rank, int nranks, size_t pool_nbytes,
                size_t arena_nbytes=0, bint emulate=False):
-        """Map an existing segment created by `create` on another rank
-        (`emulate`: as in `create`)."""
+        """Map an existing segment created by `create` on another rank, by
+        its `locator` (`emulate`: as in `create`).  An unnamed one is
+        opened through its creator's /proc/PID/fd and must be the very file
+        (its inode): PoolError(UNREACHABLE ...) where it cannot be opened
+        so, and the creator then `publish`es a name."""
         cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
-        cdef bytes bname = name.encode()
-        cdef int fd = shm_open(bname, O_RDWR, 0)
-        if fd < 0:
-            raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
+        cdef int fd
+        cdef object inode = None
+        if isinstance(locator, tuple):
+            path, name, inode = locator
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as exc:
+                raise PoolError(exc.errno, f"{UNREACHABLE} {name} through {path}: "
+                                           f"{exc.strerror}") from None
+        else:
+            name = locator
+            fd = shm_open(name.encode(), O_RDWR, 0)
+            if fd < 0:
+                raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
         cdef struct_stat sb
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
+        pool.locator = locator
         pool.fd = fd                # kept: arena blocks are reserved through it
         try:
             if fstat(fd, &sb) != 0:
                 raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
+            if inode is not None and sb.st_ino != inode:
+                raise PoolError(0, f"{UNREACHABLE} {name}: {locator[0]} is another file")
             if sb.st_uid != getuid() or (sb.st_mode & (S_IRWXG | S_IRWXO)):
                 raise PoolError(0, f"{name}: not a private segment of this user")
             if <size_t>sb.st_size != total:
@@ -422,6 +471,21 @@ cdef class Pool:
         if not self.unlinked:
             shm_unlink(self.name.encode())
             self.unlinked = True
+
+    def publish(self):
+        """Give an unnamed segment its name (for ranks that cannot open it
+        through /proc), to be removed by `unlink` once they have; returns
+        the new locator."""
+        cdef bytes path = f"/proc/self/fd/{self.fd}".encode()
+        cdef bytes target = (SHM_DIR + self.name).encode()
+        if isinstance(self.locator, tuple):
+            # (linkat follows the /proc link to the file; Python's os.link
+            # links the link itself, which fails across file systems)
+            if linkat(AT_FDCWD, path, AT_FDCWD, target, AT_SYMLINK_FOLLOW) != 0:
+                raise PoolError(errno, f"naming {self.name}: {strerror(errno).decode()}")
+            self.unlinked = False
+            self.locator = self.name
+        return self.locator
 
     def close(self):
         """No more collectives: unmap the segment (and unlink it if this rank

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -216,8 +217,10 @@ def test_pool_lives_where_configured(comm):
     spec = backends.parse_spec(CFG.pool)
     ok = True
     if isinstance(pool, Pool) and spec.kind == "numa":
+        # (the segment's file: unnamed, /dev/shm/#INODE)
+        path = f"file=/dev/shm/#{os.fstat(pool.fd).st_ino}\\040"
         with open("/proc/self/numa_maps") as f:
-            lines = [line for line in f if "/dev/shm/cxlmpi-" in line]
+            lines = [line for line in f if path in line]
         ok = bool(lines) and all(f" bind:{spec.node} " in line for line in lines)
     elif isinstance(pool, Pool) and spec.shared_file:
         claimed = [e for e in backends.open_device(spec).entries() if e["state"] == "claimed"]

@@ -38,7 +38,7 @@ def child(name: str, how: str) -> None:
 
 
 def main(how: str) -> None:
-    pool = Pool.create(0, 2, SIZE)
+    pool = Pool.create(0, 2, SIZE, unnamed=False)   # (a peer in another pid namespace)
     proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
                              sys.executable, __file__, "--child", pool.name, how],
                             stdout=subprocess.PIPE, text=True)

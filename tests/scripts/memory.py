@@ -17,6 +17,7 @@ report per rank.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -44,12 +45,17 @@ def rss_bytes() -> int:
 
 
 def pool_mapping_sizes() -> list[int]:
-    """Sizes of this process's mappings of cxlmpi segments."""
+    """Sizes of this process's mappings of cxlmpi's segments (their files'
+    inodes: the segments have no names)."""
+    from cxlmpi.state import _states
+
+    inodes = {os.fstat(p.fd).st_ino for s in _states.values() if s.pool is not None
+              for p in {s.pool, s.pool.heap}}
     sizes = []
     with open("/proc/self/maps") as f:
         for line in f:
             fields = line.split(maxsplit=5)
-            if len(fields) == 6 and "/cxlmpi-" in fields[5]:
+            if len(fields) == 6 and int(fields[4]) in inodes:
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 sizes.append(end - start)
     return sizes

@@ -6,8 +6,9 @@
 Runs one large Allreduce on a wrapped dup of COMM_WORLD (COUNT float64
 elements, compared with stock MPI on the same handle), then looks at its own
 process: the names and sizes of its segments (from cxlmpi's state: the
-communicator's pool, and the node heap it shares), every ``cxlmpi-`` line of
-/proc/self/maps, whether /dev/shm/<name> still exists (os.stat), and each
+communicator's pool, and the node heap it shares, with their inodes), every
+line of /proc/self/maps that maps one of them (by inode: an unnamed segment
+shows as ``/dev/shm/#INODE``), whether /dev/shm/<name> exists (os.stat), and each
 mapped file's mode and owner through /proc/self/map_files when this process
 may read it.  Rank 0 prints ``SEGMENT <json>``, one report per rank.
 """
@@ -31,17 +32,17 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def pool_mappings() -> list[dict]:
-    """This process's mappings of cxlmpi segments, from /proc/self/maps."""
+def pool_mappings(inodes: set[int]) -> list[dict]:
+    """This process's mappings of the files `inodes`, from /proc/self/maps."""
     found = []
     with open("/proc/self/maps") as f:
         for line in f:
             fields = line.split(maxsplit=5)
-            if len(fields) < 6 or "/cxlmpi-" not in fields[5]:
+            if len(fields) < 6 or int(fields[4]) not in inodes:
                 continue
             start, end = (int(x, 16) for x in fields[0].split("-"))
-            found.append({"range": fields[0], "nbytes": end - start,
-                          "perms": fields[1], "path": fields[5].rstrip("\n")})
+            found.append({"range": fields[0], "nbytes": end - start, "perms": fields[1],
+                          "inode": int(fields[4]), "path": fields[5].rstrip("\n")})
     return found
 
 
@@ -69,9 +70,10 @@ def main() -> None:
     state = _states.get(comm.handle)
     pools = [] if state is None or state.pool is None else [state.pool, state.pool.heap]
     segments = [{"name": p.name, "nbytes": p.total_nbytes, "arena": p.arena_nbytes(),
-                 "exists": os.path.exists(f"/dev/shm{p.name}")}
+                 "exists": os.path.exists(f"/dev/shm{p.name}"),
+                 "inode": os.fstat(p.fd).st_ino}
                 for p in dict.fromkeys(pools)]
-    maps = pool_mappings()
+    maps = pool_mappings({seg["inode"] for seg in segments})
     report = {
         "rank": rank,
         "uid": os.getuid(),

@@ -24,7 +24,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cxlmpi"))
     pool_mod = importlib.import_module("_pool")
     size = 1 << 20
-    pool = pool_mod.Pool.create(0, 2, size)
+    pool = pool_mod.Pool.create(0, 2, size, unnamed=False)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
