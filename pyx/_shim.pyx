@@ -728,32 +728,8 @@ cdef Vector read_vector(object msg, bint writable, int blocks):
     v.m = m
     v.alloc(blocks)
     cdef Py_ssize_t length = m.view.len // m.itemsize, total, acc, i, c, d
-    if o_counts is None:
-        if m.view.len % m.itemsize:
-            return None
-        for i in range(blocks):
-            v.counts[i] = length // blocks + (length % blocks > i)
-    elif not read_ints(o_counts, blocks, v.counts):
-        return None
-    if o_displs is None:
-        acc = 0
-        for i in range(blocks):
-            v.displs[i] = acc
-            if v.counts[i] > 0:
-                acc += v.counts[i]   # (bounded by the check below)
-            if acc > length:
-                acc = length + 1     # (no sum wraps around)
-    elif type(o_displs) is not list and type(o_displs) is not tuple and \
-            is_integral(o_displs):
-        try:
-            d = o_displs.__index__()
-        except OverflowError:
-            return None
-        if d < 0 or (blocks > 1 and d > PY_SSIZE_T_MAX // (blocks - 1)):
-            return None
-        for i in range(blocks):
-            v.displs[i] = d * i
-    elif not read_ints(o_displs, blocks, v.displs):
+    if (o_counts is None and m.view.len % m.itemsize) or \
+            not read_layout(v, o_counts, o_displs, length, blocks):
         return None
     # Compared in elements, never summed beyond `length`: nothing wraps around.
     cdef bint ordered = True
@@ -800,6 +776,41 @@ cdef Vector read_vector(object msg, bint writable, int blocks):
     m.count = total   # (blocks of a send buffer may overlap: up to blocks x length)
     m.nbytes = total * m.itemsize
     return v
+
+
+cdef int read_layout(Vector v, object o_counts, object o_displs, Py_ssize_t length,
+                     Py_ssize_t blocks) except -1:
+    """A vector message's counts and displacements into `v`, as mpi4py
+    reads them from a buffer of `length` elements: none given, the elements
+    split evenly, one after the other; a displacement given as one int,
+    the stride between blocks.  1, or 0 for what mpi4py would refuse."""
+    cdef Py_ssize_t i, acc, d
+    if o_counts is None:
+        for i in range(blocks):
+            v.counts[i] = length // blocks + (length % blocks > i)
+    elif not read_ints(o_counts, blocks, v.counts):
+        return 0
+    if o_displs is None:
+        acc = 0
+        for i in range(blocks):
+            v.displs[i] = acc
+            if v.counts[i] > 0:
+                acc += v.counts[i]   # (bounded by the callers' checks)
+            if acc > length:
+                acc = length + 1     # (no sum wraps around)
+    elif type(o_displs) is not list and type(o_displs) is not tuple and \
+            is_integral(o_displs):
+        try:
+            d = o_displs.__index__()
+        except OverflowError:
+            return 0
+        if d < 0 or (blocks > 1 and d > PY_SSIZE_T_MAX // (blocks - 1)):
+            return 0
+        for i in range(blocks):
+            v.displs[i] = d * i
+    elif not read_ints(o_displs, blocks, v.displs):
+        return 0
+    return 1
 
 
 cdef Vector read_counts(object value, int blocks):
@@ -870,10 +881,14 @@ cdef object one_type(object dtype):
     return found if alike else None
 
 
-cdef tuple derived(object o_buf, object o_type, bint writable):
-    """(buffer length, size, extent, true lower bound, true extent) of a
-    message of a derived datatype whose buffer it may read (`writable`:
-    and write), or None."""
+cdef tuple derived(object msg, bint vector, bint writable):
+    """(its parts as `unpack` reads them, (buffer length, size, extent,
+    true lower bound, true extent)) of a message of a derived datatype whose
+    buffer it may read (`writable`: and write), or None."""
+    parts = unpack(msg, vector)
+    if parts is None:
+        return None
+    o_buf, _, _, o_type = parts
     if not isinstance(o_type, _DATATYPE) or o_type.is_predefined:
         return None
     cdef Py_buffer view
@@ -891,7 +906,7 @@ cdef tuple derived(object o_buf, object o_type, bint writable):
         return None
     if size <= 0 or textent < 0:
         return None
-    return length, size, extent, tlb, textent
+    return parts, (length, size, extent, tlb, textent)
 
 
 cdef bint spans(tuple d, object displ, object count) except -1:
@@ -943,13 +958,10 @@ cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least):
     per block, as `parse` counts), or None.  Only a message that lies
     within its buffer is staged (mpi4py does not check a derived datatype's
     reach); the others go to MPI as before."""
-    parts = unpack(msg, False)
-    if parts is None:
+    found = derived(msg, False, writable)
+    if found is None:
         return None
-    o_buf, o_count, o_displ, o_type = parts
-    d = derived(o_buf, o_type, writable)
-    if d is None:
-        return None
+    (o_buf, o_count, o_displ, o_type), d = found
     cdef Py_ssize_t nblocks = blocks if blocks > 1 else 1, displ = 0, total
     try:
         if o_displ is not None:
@@ -977,43 +989,19 @@ cdef Vector stage_vector(object msg, int blocks):
     """`read_vector` of a receive vector of a derived datatype (see
     above): its blocks one after the other in a temporary buffer, or
     None."""
-    parts = unpack(msg, True)
-    if parts is None:
+    found = derived(msg, True, True)
+    if found is None:
         return None
-    o_buf, o_counts, o_displs, o_type = parts
-    d = derived(o_buf, o_type, True)
-    if d is None:
-        return None
+    (o_buf, o_counts, o_displs, o_type), d = found
+    if d[2] <= 0 or (o_counts is None and d[0] % d[2]):
+        return None   # (receive blocks of no extent overlap; counts split extents)
     cdef Vector v = Vector.__new__(Vector)
     v.alloc(blocks)
-    cdef Py_ssize_t total = 0, i, acc = 0, length
-    # counts and displacements as mpi4py reads them (see read_vector): the
-    # buffer's elements split evenly when none are given, a displacement
-    # given as one int the stride between blocks
-    try:
-        if o_counts is None:
-            if d[2] <= 0 or d[0] % d[2]:
-                return None
-            length = d[0] // d[2]
-            for i in range(blocks):
-                v.counts[i] = length // blocks + (length % blocks > i)
-        elif not read_ints(o_counts, blocks, v.counts):
-            return None
-        if o_displs is not None and type(o_displs) is not list and \
-                type(o_displs) is not tuple and is_integral(o_displs):
-            acc = o_displs.__index__()
-            for i in range(blocks):
-                v.displs[i] = acc * i
-        elif o_displs is not None and not read_ints(o_displs, blocks, v.displs):
-            return None
-    except (TypeError, AttributeError, OverflowError):
+    cdef Py_ssize_t total = 0, i
+    if not read_layout(v, o_counts, o_displs, d[0] // d[2], blocks):
         return None
-    acc = 0
     moves = []
     for i in range(blocks):
-        if o_displs is None:
-            v.displs[i] = acc
-            acc += v.counts[i]
         if v.counts[i] < 0 or v.displs[i] < 0 or not spans(d, v.displs[i], v.counts[i]) \
                 or v.counts[i] > PY_SSIZE_T_MAX // 4 // d[1] - total:
             return None
