@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from . import _shim
+from . import _shim, agree
 from . import objects as _objects
 from ._pool import Pool
 from .state import arena_pool, pool_state
@@ -123,7 +123,7 @@ class CXLComm(_shim.CommBase):
             meta = (offset, arr.dtype.str, arr.shape, order)
             if offset >= 0 and pool.software_coherence:
                 flush(arr.__array_interface__["data"][0], arr.nbytes, False, counted=True)
-        offset, dtype, shape, order = plain.bcast(meta, root)
+        offset, dtype, shape, order = agree.bcast(plain, meta, root)
         if offset == -2:
             # (a view at the root: marking it read-only leaves the caller's
             # array writable)

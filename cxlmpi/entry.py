@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
+from . import agree
 from .comm import _STOCK_CONSTANTS as _ORIGINAL
 from .comm import CXLComm, predefined, reduce_stock
 
@@ -59,7 +60,7 @@ def _alloc_wanted(cfg: Config) -> bool:
         return bool(cfg.alloc)
     from .info import huge_pages
 
-    return bool(_ORIGINAL["COMM_WORLD"].allreduce(huge_pages(cfg.pool)[0], op=MPI.LAND))
+    return all(agree.allgather(_ORIGINAL["COMM_WORLD"], huge_pages(cfg.pool)[0]))
 
 
 _checked: object = None  # the settings checked already

@@ -33,7 +33,7 @@ import os
 
 from mpi4py import MPI
 
-from . import backends, config
+from . import agree, backends, config
 from ._pool import UNREACHABLE, Pool, check_layout, configure_emulation, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
@@ -55,7 +55,7 @@ def check_agreed(comm: MPI.Intracomm, cfg: config.Config | None = None) -> None:
     disagree would take different paths and wait for each other forever).
     Talks through a plain Intracomm on the same handle."""
     mine = (cfg or config.get()).agreed()
-    error = disagreement(MPI.Intracomm(comm).allgather(mine))
+    error = disagreement(agree.allgather(comm, mine))
     if error is not None:
         raise CXLMPIConfigError(error)
 
@@ -78,7 +78,7 @@ def disagreement(everyone: list[dict]) -> str | None:
 
 def _raise_any(comm: MPI.Intracomm, error: str | None, kind: type = CXLMPIPoolError) -> None:
     """Collective: raise on every rank if `error` is set on any."""
-    errors = [e for e in comm.allgather(error) if e]
+    errors = [e for e in agree.allgather(comm, error) if e]
     if errors:
         raise kind("; ".join(dict.fromkeys(errors)))
 
@@ -116,7 +116,7 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
         hierarchy = Hierarchy(comm.Get_rank(), groups, pool, leaders if leader else None)
         # one figure for the whole communicator (a group of one knows of
         # no host but its own): which windows its calls read (_shim.lo1)
-        hierarchy.hosts = comm.allreduce(hosts, op=MPI.MAX)
+        hierarchy.hosts = max(agree.allgather(comm, hosts))
         return hierarchy
     finally:
         local.Free()
@@ -133,7 +133,7 @@ def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
     try:
         spin = _spins(node)
         # a node's identity: the rank of `comm` that leads it
-        node_id = node.bcast(rank, root=0)
+        node_id = agree.bcast(node, rank)
         if spec.shared_file:
             # The first rank of each node creates a missing pool file and
             # formats an empty table; then every rank opens it.
@@ -144,7 +144,7 @@ def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
             error = _open_error(spec, create=False)
             _raise_any(comm, error, CXLMPIConfigError)
             ident = backends.open_device(spec).identity
-            idents = sorted(set(comm.allgather(ident)))
+            idents = sorted(set(agree.allgather(comm, ident)))
             same = comm.Split(idents.index(ident), rank)
         else:
             if spec.kind == "numa":
@@ -157,7 +157,7 @@ def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
         local = same.Split(same.Get_rank() * ngroups // n, rank)
     finally:
         same.Free()
-    return local, spin, len(set(local.allgather(node_id)))
+    return local, spin, len(set(agree.allgather(local, node_id)))
 
 
 def _spins(node: MPI.Intracomm) -> bool:
@@ -173,7 +173,7 @@ def _spins(node: MPI.Intracomm) -> bool:
     CPU-bound process beside 2 ranks on 2 cores); a peer queued on the
     waiter's own CPU is yielded to in any case (pool/protocol.pxi).  Every
     rank of the node reaches the same verdict."""
-    cpus: set[int] = set().union(*node.allgather(os.sched_getaffinity(0)))
+    cpus: set[int] = set().union(*agree.allgather(node, os.sched_getaffinity(0)))
     return node.Get_size() <= len(cpus)
 
 
@@ -187,7 +187,7 @@ def _open_error(spec: backends.PoolSpec, create: bool) -> str | None:
 
 def _groups(comm: MPI.Intracomm, local: MPI.Intracomm) -> list[list[int]]:
     """Every group's ranks of `comm`, groups ordered by their first rank."""
-    leader_of = comm.allgather(local.bcast(comm.Get_rank(), root=0))
+    leader_of = agree.allgather(comm, agree.bcast(local, comm.Get_rank()))
     groups: dict[int, list[int]] = {}
     for r, lead in enumerate(leader_of):
         groups.setdefault(lead, []).append(r)
@@ -218,7 +218,7 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
     every rank of a group: it is reached from data they all hold."""
     global _heap_failed
     mine = node_heap()
-    seen = group.allgather((None if mine is None else mine.identity, _heap_failed))
+    seen = agree.allgather(group, (None if mine is None else mine.identity, _heap_failed))
     ids = [ident for ident, _ in seen]
     if ids[0] is not None and ids.count(ids[0]) == len(ids):
         shared = mine
@@ -249,7 +249,7 @@ def _holds_world(comm: MPI.Intracomm) -> bool:
     finally:
         mine.Free()
         world.Free()
-    return bool(comm.allreduce(int(same), op=MPI.MIN))
+    return all(agree.allgather(comm, same))
 
 
 # A node heap's pool proper: the fewest pages per rank the layout takes.
@@ -316,7 +316,7 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                 where = pool.locator
         except (OSError, ValueError, CXLMPIError) as exc:
             error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
-    where, error = group.bcast((where, error), root=0)
+    where, error = agree.bcast(group, (where, error))
     if error is None and rank != 0:
         try:
             if spec.shared_file:
@@ -335,12 +335,12 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
         # creator's /proc (another pid namespace, say), name it for those
         # (unlinked below, once they have mapped it)
         unreached = UNREACHABLE in (error or "")
-        if group.allreduce(unreached, op=MPI.LOR):
+        if any(agree.allgather(group, unreached)):
             try:
                 where = pool.publish() if rank == 0 else None
             except OSError as exc:
                 where, error = None, f"rank {comm.Get_rank()} could not name pool: {exc}"
-            where = group.bcast(where, root=0)
+            where = agree.bcast(group, where)
             if unreached and where is not None:
                 try:
                     pool = Pool.attach(where, rank, n, size, arena, emulate=emulate)

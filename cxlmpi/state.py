@@ -12,7 +12,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _shim, config, progress, select
+from . import _shim, agree, config, progress, select
 from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
 from .backends import NO_ROOM
 from .errors import (
@@ -162,7 +162,7 @@ def _learn(state: _State, pool: Pool | Hierarchy, comm: MPI.Intracomm,
         groups = [len(g) for g in pool.groups] if across else None
         machine = select.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)
         prior = select.load_cache(select.cache_path(cfg), machine)
-    machine, prior, overhead = comm.bcast((machine, prior, overhead), root=0)
+    machine, prior, overhead = agree.bcast(comm, (machine, prior, overhead))
     routes = _shim.Routes(pool)
     routes.selector = select.Selector(routes, pool.size, pool.chunk_nbytes,
                                       streaming=True, prior=prior, variants=not across,

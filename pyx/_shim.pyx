@@ -67,6 +67,7 @@ cdef extern from "<time.h>" nogil:
     clockid_t CLOCK_MONOTONIC
 
 import sys
+import threading
 
 from mpi4py import MPI
 
@@ -860,7 +861,13 @@ cdef tuple parse_vector(object msg, bint writable, int blocks):
 # reductions: MPICH and Open MPI refuse a predefined op on any derived
 # datatype, so such a rank goes to MPI and raises there, as under stock.
 
-cdef object _self_comm = None   # a duplicate of COMM_SELF: the staging copies
+# A duplicate of COMM_SELF for the staging copies, made on first use, and
+# the lock its copies take: two threads' Sendrecv pairs on one
+# communicator would match each other's halves, and two first uses would
+# run one collective (the Dup) on COMM_SELF at once.  A copy to oneself
+# completes without a peer: the lock never waits on another rank.
+cdef object _self_comm = None
+cdef object _self_lock = threading.Lock()
 
 
 cdef object one_type(object dtype):
@@ -947,8 +954,9 @@ cdef Message staging(tuple d, Py_ssize_t total, list parts):
     m.count = total * k
     m.nbytes = total * d[1]
     m.staged = (tmp, base, [(msg, off * k * tsize, n * k) for msg, off, n in parts])
-    if _self_comm is None:
-        _self_comm = MPI.COMM_SELF.Dup()
+    with _self_lock:
+        if _self_comm is None:
+            _self_comm = MPI.COMM_SELF.Dup()
     return m
 
 
@@ -1041,8 +1049,9 @@ cdef int fill(Message m) except -1:
     pool call reads it); nothing for others."""
     if m is not None and m.staged is not None:
         tmp, base, moves = m.staged
-        for user, off, n in moves:
-            _self_comm.Sendrecv(user, 0, 0, [tmp[off:], n, base], 0, 0)
+        with _self_lock:
+            for user, off, n in moves:
+                _self_comm.Sendrecv(user, 0, 0, [tmp[off:], n, base], 0, 0)
     return 0
 
 
@@ -1051,8 +1060,9 @@ cdef int drain(Message m) except -1:
     a pool call wrote it)."""
     if m is not None and m.staged is not None:
         tmp, base, moves = m.staged
-        for user, off, n in moves:
-            _self_comm.Sendrecv([tmp[off:], n, base], 0, 0, user, 0, 0)
+        with _self_lock:
+            for user, off, n in moves:
+                _self_comm.Sendrecv([tmp[off:], n, base], 0, 0, user, 0, 0)
     return 0
 
 

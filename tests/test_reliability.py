@@ -81,17 +81,21 @@ def test_fuzz_small_pool(nranks: int) -> None:
 def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
     """MPI_THREAD_MULTIPLE: three threads per rank, each on its own wrapped
     communicator, run pool Allreduce/Bcast/Allgather at the same time; every
-    result equals stock MPI's on the thread's own plain communicator.  On a
+    result equals stock MPI's on the thread's own plain communicator.
+    First each thread sets up 100 fresh communicators in turn, so that the
+    threads' pool set-ups overlap: a set-up step that waits for a peer with
+    the GIL held (mpi4py's lower-case allreduce makes a duplicate
+    communicator so) deadlocked 3 runs in 8.  On a
     pool file every partition is given back at exit -- the communicators'
     and every node heap (threads setting pools up at once may each make
     one)."""
     from cxlmpi import backends
 
-    nthreads, iterations = 3, 150
+    nthreads, iterations, fresh = 3, 150, 100
     env = dict(SMALL_POOL_ENV)
     if pool == "file":
         env["CXLMPI_POOL"] = f"file:{tmp_path / 'pool'}"
-    job = launch_mpi(2, [THREADS, str(nthreads), str(iterations)], env=env,
+    job = launch_mpi(2, [THREADS, str(nthreads), str(iterations), str(fresh)], env=env,
                      timeout=TIMEOUT)
     assert job.returncode == 0, job.describe()
     if job.stdout.startswith("SKIP "):
@@ -103,7 +107,7 @@ def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
         for thread in rep["threads"]:
             assert thread == {"ok": True, "calls": 4 * iterations, "error": None}, rep
         # Every call of every thread took the pool path.
-        assert rep["pool_calls"] == {"allreduce": 2 * nthreads * iterations,
+        assert rep["pool_calls"] == {"allreduce": nthreads * (2 * iterations + fresh),
                                      "bcast": nthreads * iterations,
                                      "allgather": nthreads * iterations}, rep
     if pool == "file":

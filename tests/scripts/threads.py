@@ -1,14 +1,18 @@
 """Several threads of each rank run pool collectives at the same time, each
 on a wrapped communicator of its own (tests/test_reliability.py).
 
-    threads.py [NTHREADS] [ITERATIONS]
+    threads.py [NTHREADS] [ITERATIONS] [FRESH]
 
 MPI is initialized with MPI_THREAD_MULTIPLE.  Before any thread starts,
 every rank makes, in the same order, one wrapped Dup and one plain Dup of
 COMM_WORLD per thread.  Then all threads are released at once; thread t
 loops over large Allreduce, Bcast and Allgather calls on its wrapped
 communicator and repeats each on its plain one with the same data, comparing
-results.  Rank 0 prints ``THREADS <json>``: per rank, per thread, whether
+results.  With FRESH > 0, each thread first sets up that many more
+wrapped communicators in turn (a Dup of its plain one each: one large
+Allreduce, checked, then Free): pool set-ups of several threads at once,
+where a step that holds the GIL while it waits for a peer deadlocks.
+Rank 0 prints ``THREADS <json>``: per rank, per thread, whether
 every result matched, how many calls ran, and the error if one was raised;
 plus this rank's pool call counts.  ``SKIP <reason>`` instead when the MPI
 library does not provide MPI_THREAD_MULTIPLE.
@@ -36,14 +40,31 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def fresh_setups(tid: int, plain: MPI.Intracomm, count: int) -> bool:
+    """Set up `count` wrapped Dups of `plain` in turn, each by one large
+    Allreduce checked against `plain`'s."""
+    ok = True
+    data = np.random.default_rng([tid, plain.Get_rank()]).standard_normal(8192)
+    want = np.empty_like(data)
+    plain.Allreduce(data, want, MPI.SUM)
+    for _ in range(count):
+        comm = cxlmpi.wrap(plain.Dup())
+        got = np.empty_like(data)
+        comm.Allreduce(data, got, MPI.SUM)
+        ok &= bool(np.allclose(got, want, rtol=1e-12, atol=1e-12))
+        comm.Free()
+    return ok
+
+
 def work(tid: int, comm: MPI.Intracomm, plain: MPI.Intracomm, iterations: int,
-         start: threading.Barrier, report: dict) -> None:
+         fresh: int, start: threading.Barrier, report: dict) -> None:
     """Thread `tid`: the loop of pool collectives, each checked against the
     plain communicator; fills `report` (never raises)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     ok, calls = True, 0
     try:
         start.wait()
+        ok &= fresh_setups(tid, plain, fresh)
         for it in range(iterations):
             rng = np.random.default_rng([tid, it, rank])
             n = 2048 + 4099 * ((it + tid) % 7)  # 16 KiB .. 250 KiB of float64
@@ -81,6 +102,7 @@ def work(tid: int, comm: MPI.Intracomm, plain: MPI.Intracomm, iterations: int,
 def main() -> None:
     nthreads = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     iterations = int(sys.argv[2]) if len(sys.argv) > 2 else 60
+    fresh = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -93,7 +115,7 @@ def main() -> None:
     start = threading.Barrier(nthreads)
     reports: list[dict] = [{} for _ in range(nthreads)]
     threads = [threading.Thread(target=work, args=(t, comms[t], plains[t], iterations,
-                                                   start, reports[t]))
+                                                   fresh, start, reports[t]))
                for t in range(nthreads)]
     for t in threads:
         t.start()
