@@ -307,12 +307,13 @@ class Hierarchy:
     # ------------------------------------------------ gathers, header step
 
     def header(self, value: int, what: str = "header step", root: int = -1,
-               pairs: int = 0, report: int = 0, extra: int = 0) -> tuple[int, int]:
+               pairs: int = 0, report: int = 0, extra: int = 0,
+               extra2: int = 0) -> tuple[int, int, int]:
         """The header step of a learning call (see Pool.header): every rank
         publishes `value`; returns (the maximum, or 0 when any rank
-        published 0; the largest `extra` of any rank).  Each group agrees
-        in its pool, the leaders through one MPI Allreduce (MAX of: whether
-        a group published 0, its value, its largest extra, the report and
+        published 0; the largest `extra` and `extra2` of any rank).  Each
+        group agrees in its pool, the leaders through one MPI Allreduce (MAX
+        of: whether a group published 0, its value, its largest extras, the report and
         its complement, which tell a mismatch, and what went wrong in a
         group), and each leader passes the outcome on through its pool.
 
@@ -324,32 +325,33 @@ class Hierarchy:
         again for this call.  Only a leader that sent the call to MPI
         cannot tell the others (Limits in the README)."""
         self._count()
-        most = extra
+        most, most2 = extra, extra2
         failure = None
         trouble = 0
         if self.pool is not None:
             try:
-                value, most = self.pool.header(value, what, root, 0, report, extra)
+                value, most, most2 = self.pool.header(value, what, root, 0, report, extra,
+                                                      extra2)
             except PoolFailure as exc:
                 if not (exc.passed or exc.mismatch):
                     raise self._group_failure(exc) from None
                 failure = exc
                 trouble = _FOLLOW if exc.passed else _MISMATCH
-                value = most = 0
+                value = most = most2 = 0
                 signed = self.pool.signatures()
         if self.leaders is not None:
             mask = (1 << 64) - 1
-            both = (ctypes.c_uint64 * 6)(int(value == 0), value, most, report,
+            both = (ctypes.c_uint64 * 7)(int(value == 0), value, most, most2, report,
                                          ~report & mask, trouble)
             self.leaders.Allreduce(MPI.IN_PLACE, [both, MPI.UINT64_T], MPI.MAX)
             value = 0 if both[0] else both[1]
-            most = both[2]
-            mismatch = both[3] != ~both[4] & mask     # max(report) != min(report)
-            trouble = max(both[5], _MISMATCH if mismatch else 0)
+            most, most2 = both[2], both[3]
+            mismatch = both[4] != ~both[5] & mask     # max(report) != min(report)
+            trouble = max(both[6], _MISMATCH if mismatch else 0)
         if self.pool is not None and (failure is None or not failure.passed):
-            out = (ctypes.c_uint64 * 3)(value, most, trouble)
+            out = (ctypes.c_uint64 * 4)(value, most, most2, trouble)
             self._local("bcast", ctypes.addressof(out), ctypes.sizeof(out), 0)
-            value, most, trouble = out
+            value, most, most2, trouble = out
         if trouble == _FOLLOW:   # (a passer's group set it; the leaders' MAX keeps it)
             raise PoolFailure(PoolFailure.PASSED, -1, what)
         if trouble == _MISMATCH:
@@ -357,7 +359,7 @@ class Hierarchy:
                 self._signed = signed
                 raise self._group_failure(failure)
             raise PoolFailure(PoolFailure.MISMATCH, -1, what + " header")
-        return value, most
+        return value, most, most2
 
     def _forward(self, src: int, dst: int, nbytes: int, to: int, what: str) -> None:
         """`nbytes` from the group's leader (at `src`) to the group's rank

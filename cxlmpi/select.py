@@ -79,12 +79,17 @@ STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
 RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
 # What a learning call costs beyond its path, whichever it takes: the header
-# step and this module's bookkeeping (measured about 5 us at 2 ranks).  A
-# constant, not a measurement, so that every rank counts it alike (across
-# pool groups, where the header step goes through the leaders' MPI, rank 0
-# measures it when the communicator's pool is set up and tells the others:
-# Selector's `overhead_s`).
+# step and this module's bookkeeping.  Measured in place: each rank times
+# its header calls (the step and the bookkeeping around it), the next
+# header step carries the figure and all learn the largest; the overhead
+# is the median of the latest OVERHEAD_FIGURES of those (a rank that was
+# descheduled once must not stop exploring), the same on every rank.
+# Before the first figure arrives: LEARN_OVERHEAD_S (across pool groups,
+# where the header step goes through the leaders' MPI, plus what rank 0
+# measured of it when the pool was set up: Selector's `overhead_s`).
+# Measured: 1-2 us in a tight loop, 20-50 us in place (2 ranks, 2-vCPU VM).
 LEARN_OVERHEAD_S = 6e-6
+OVERHEAD_FIGURES = 7
 
 # Collectives by family (config.COLLECTIVES names).
 _MOVE = ("bcast", "allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv",
@@ -191,6 +196,7 @@ class Learner:
     recheck: list[float] = field(default_factory=list)  # [best, runner-up] times
     warm_pool: bool = False          # the class's first call through the pool is done
     warm_mpi: bool = False           # ... and its first through MPI (both cold: no samples)
+    opened: bool = False             # the class's first call opened a timed run
     run_calls: int = 1               # calls of the run whose report comes next
     run_len: int = 1                 # calls of a (not warm-up) run of this class
     challenger: int | None = None    # what the re-check in progress times against the best
@@ -213,13 +219,19 @@ class Learner:
         return not (self.warm_mpi if code == MPI_PATH else self.warm_pool)
 
     def try_len(self, code: int) -> int:
-        """Calls of the next try of `code`: one for a warm-up; for a
-        candidate's first look as few as give a sample (a slow one is
-        dropped after it): one call, or two where the class's runs are
-        timed end to end (cxlmpi._shim.Routes: from the end of one call to
-        the end of the next); else the class's run length."""
+        """Calls of the next try of `code`: for a candidate's first look as
+        few as give a sample (a slow one is dropped after it): one call, or
+        two where the class's runs are timed end to end (cxlmpi._shim.Routes:
+        from the end of one call to the end of the next); else the class's
+        run length.  A warm-up is a run of one call, timed (the cold call's
+        extra cost counts against exploring's budget) -- but for the
+        class's first call, which the best path alone would pay as well:
+        where runs are timed end to end it opens the first look's run (its
+        own time is never timed there), one learning call for both, whose
+        header step and bookkeeping cost many cheap calls."""
         if self.warming(code):
-            return 1
+            first = not (self.warm_pool or self.warm_mpi)
+            return 1 + min(2, self.run_len) if first and self.run_len > 1 else 1
         return min(2, self.run_len) if code in self.unsure() else self.run_len
 
     def unsure(self) -> list[int]:
@@ -260,9 +272,10 @@ class Learner:
             total += n * (self.est[c] - floor)
         # The best path alone would pay one cold first call too (the first
         # touches of the buffers: whichever path comes first pays them):
-        # the dearer warm-up stands for it.
+        # the dearer warm-up stands for it -- unless the class's first call
+        # opened a run (untimed: it was that call).
         extra = [max(0.0, t - floor) for t in self.warmups.values()]
-        return total + sum(extra) - max(extra, default=0.0)
+        return total + sum(extra) - (0.0 if self.opened else max(extra, default=0.0))
 
     def next_try(self, ops: int = 0) -> int | None:
         """The candidate the exploring call at the communicator's call
@@ -278,9 +291,15 @@ class Learner:
         of its time."""
         self.resume = 0
         if not (self.warm_pool or self.warm_mpi):
-            # the class's first, cold call: through the pool (which warms
-            # the pool's lines too) when the pool is a candidate
-            return self.candidates[1] if len(self.candidates) > 1 else self.candidates[0]
+            # The class's first, cold call.  Where its runs are timed end to
+            # end (below RUN_BYTES) it opens a run on MPI, the reference:
+            # exploring may then wait for its budget for hundreds of calls,
+            # and the class runs MPI meanwhile, never slower than stock.
+            # Larger classes explore within their first calls: the pool's
+            # first call comes first (it warms the pool's lines too).
+            if self.run_len > 1 or len(self.candidates) == 1:
+                return self.candidates[0]
+            return self.candidates[1]
         code, fewest = None, ROUNDS
         for c in self.alive:
             n = len(self.samples.get(c, ()))
@@ -325,13 +344,16 @@ class Learner:
             # through MPI for MPI's own first touches at that size (a 64 KiB
             # Bcast's first on a communicator: 39 us, the next 6 us).  Not
             # samples: a cold first look would drop a candidate that is
-            # in fact the fastest.
+            # in fact the fastest.  A warm-up that opened a run timed end
+            # to end was not timed: the run's time is the first look's.
             if code == MPI_PATH:
                 self.warm_mpi = True
             else:
                 self.warm_pool = True
-            self.warmups[code != MPI_PATH] = seconds
-            return
+            if self.run_calls == 1:
+                self.warmups[code != MPI_PATH] = seconds
+                return
+            self.opened = True
         self.samples.setdefault(code, []).append(seconds)
         self.ncalls[code] = self.ncalls.get(code, 0) + self.run_calls
         if seconds < self.est.get(code, math.inf):
@@ -347,6 +369,21 @@ class Learner:
                     if c != best and len(self.samples.get(c, ())) == 1 and \
                             self.est[c] > DROP_AFTER_ONE * self.est[best]:
                         self.alive.remove(c)
+
+    def untimed(self, code: int) -> None:
+        """A learning run of `code` that no rank timed: every call of it
+        followed a peer to MPI, or -- a run timed end to end -- no second
+        call of the class came next in the communicator's calls (the
+        class's calls come between others'; it had counted as taking no
+        time at all, 1 ns, and won every comparison).  From then on the
+        class's tries are single calls, each timed alone."""
+        self.explored += 1
+        if self.run_calls > 1:
+            if code == MPI_PATH:
+                self.warm_mpi = True
+            else:
+                self.warm_pool = True
+            self.run_len = 1
 
     def _settle(self) -> None:
         ranked = sorted(self.est, key=lambda c: (weighed(c, self.est[c]),
@@ -490,6 +527,7 @@ class Selector:
         self.pending: tuple[int, tuple[int, int, int], int, int] | None = None
         self.next_check: dict[tuple[int, int, int], int] = {}  # key -> ops of its re-check
         self.changed = False  # something settled since the cache was written
+        self.spent: list[float] = []  # the latest figures of a header call's overhead
         self.headers = 0      # header steps so far (each also counts in the ops)
         for (which, sc, pl), entry in self.prior.items():
             learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
@@ -506,9 +544,9 @@ class Selector:
     def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
         learner = self.learners.get(key)
         if learner is None:
-            learner = self.learners[key] = Learner(self._candidates(*key), born=ops,
-                                                   overhead=self.overhead_s)
+            learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
             learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(key[1]), 1)))
+        learner.overhead = self.overhead_s
         return learner
 
     # ------------------------------------------------------ header traffic
@@ -527,22 +565,29 @@ class Selector:
             return 0, 0
         return self.pending[0], self.pending[3]
 
-    def delivered(self, nanoseconds: int) -> None:
+    def delivered(self, nanoseconds: int, spent_ns: int = 0) -> None:
         """The header step completed on every rank: the slowest rank's
-        time of the report in flight."""
+        time of the report in flight, and the largest time any rank spent
+        in its previous header call beyond the call's path (`spent_ns`; 0:
+        none measured), which `overhead_s` follows."""
         self.headers += 1
+        if spent_ns > 0:
+            recent = self.spent = (self.spent + [spent_ns * 1e-9])[-OVERHEAD_FIGURES:]
+            self.overhead_s = sorted(recent)[len(recent) // 2]
         if self.pending is None:
             return
         _, key, code, _ = self.pending
         self.pending = None
         learner = self.learner(key)
         ops = self.routes.ops()
-        if nanoseconds > 0:   # (0: no rank timed a call of the run)
+        if nanoseconds > 0:
             learner.learn(code, nanoseconds * 1e-9)
-            if learner.phase == 0:
-                learner.plan(ops)
-            if learner.phase == 1:
-                self.changed = True
+        else:                 # no rank timed a call of the run
+            learner.untimed(code)
+        if learner.phase == 0:
+            learner.plan(ops)
+        if learner.phase == 1 and nanoseconds > 0:
+            self.changed = True
         self._publish(key, learner, ops)
 
     def _publish(self, key: tuple[int, int, int], learner: Learner, ops: int) -> None:
@@ -607,7 +652,7 @@ class Selector:
         pl = int(zerocopy) if code != MPI_PATH else self.routes.placement(which, sc)
         key = (which, sc, pl)
         report = 1 + (which * NCLASSES + sc) * 2 + pl
-        self.pending = (report << 8 | code, key, code, max(1, nanoseconds))
+        self.pending = (report << 8 | code, key, code, max(0, nanoseconds))
 
     # ---------------------------------------------------------------- show
 

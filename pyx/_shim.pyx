@@ -1238,6 +1238,10 @@ cdef class Routes:
     # made it look 0.2-0.3 us faster than it is at 4 KiB).  A single call
     # (a warm-up; large messages) times the collective.
     cdef int run_which, run_sc, run_pl, run_code
+    # This rank's time in the last header step and the selector's
+    # bookkeeping around it (the next header step carries it: all learn the
+    # largest, what a learning call costs beyond its path)
+    cdef uint64_t spent_ns
     cdef bint run_span
     cdef double run_seconds, run_last
     cdef uint64_t run_last_ops
@@ -1348,19 +1352,22 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl] and (code or pl or not resident):
         learning = which == r.run_which and sc == r.run_sc and pl == r.run_pl
         return code
+    cdef double t0 = now()
     sel = r.selector
     report, mine = sel.report()
     try:
-        agreed, most = state.pool.header(2 * (1 + nbytes) + (not resident), METHODS[which],
-                                         root, 0, report, mine)
+        agreed, most, spent = state.pool.header(
+            2 * (1 + nbytes) + (not resident), METHODS[which], root, 0, report, mine,
+            r.spent_ns)
     except PoolFailure as exc:
         if exc.passed:   # a peer sent the call to MPI: all follow, none learns
             return FOLLOW
         raise run_failed(comm, exc) from None
-    sel.delivered(most)
+    sel.delivered(most, spent)
     if not agreed & 1:   # every rank's buffers are in the arenas
         r.where[which][size_class((agreed >> 1) - 1)] = 1
     code, learning = sel.pick(which, (agreed >> 1) - 1, r.ops_ptr[0])
+    r.spent_ns = <uint64_t>((now() - t0) * 1e9)
     return code if code != 0 else FOLLOW   # every rank knows: no pass mark
 
 

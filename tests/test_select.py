@@ -41,6 +41,8 @@ class Routes:
         self.where: dict[tuple[int, int], int] = {}
         self.counter = 0
         self.run: list | None = None   # [which, sc, pl, code, seconds, calls]
+        self.span = False      # the run is timed end to end (cxlmpi._shim.Routes)
+        self.last: int | None = None   # the call counter at its last call
 
     def set(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
         self.table[(which, sc, pl)] = (code, due)
@@ -48,6 +50,11 @@ class Routes:
     def start_run(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
         self.set(which, sc, pl, code, due)
         self.run = [which, sc, pl, code, 0.0, 0]
+        # a run of several calls is timed end to end: from the end of one
+        # of its calls to the end of the next, where no other call of the
+        # communicator came between
+        self.span = due > self.counter + 1
+        self.last = None
 
     def finish_run(self):
         run, self.run = self.run, None
@@ -58,6 +65,11 @@ class Routes:
         sc = size_class(nbytes)
         if self.run is None or self.run[:3] != [which, sc, self.placement(which, sc)]:
             return False
+        if self.span:
+            follows = self.last is not None and self.counter == self.last + 1
+            self.last = self.counter
+            if not follows:
+                return True   # a call of the run; its end starts the next span
         self.run[4] += seconds
         self.run[5] += 1
         return True
@@ -114,7 +126,7 @@ class Job:
                 r.counter += 1
             picks = set()
             for s, r in zip(self.selectors, self.routes):
-                s.delivered(slowest)
+                s.delivered(slowest, round(self.header * 1e9))
                 picks.add(s.pick(which, nbytes, r.counter))
             assert len(picks) == 1, f"ranks picked differently: {picks}"
             code, learn = picks.pop()
@@ -282,6 +294,71 @@ def test_cheap_calls_spread_their_exploring(table, size, first, later) -> None:
                                                                               key=table.get))
 
 
+@pytest.mark.parametrize("table", [{"mpi": 3e-6, "pool": 1.5e-6},
+                                   {"mpi": 1.5e-6, "pool": 3e-6}])
+def test_cheap_classes_wait_on_mpi_for_their_budget(table) -> None:
+    """A learning call's header step and bookkeeping measured 20-50 us in
+    place (a constant 6 us had been assumed), against 4 KiB calls of a few
+    microseconds.  The ranks carry what each header call cost them and all
+    follow the same figure; with it, a cheap class opens on MPI in one
+    learning call and waits there for its budget: its first 100 calls
+    cost stock MPI's time and two header steps (the opening one, and the
+    one that hands the run's time to every rank; before: it went on
+    exploring, 1.4-1.8x of stock), and over 20000 calls it still finds the
+    best path, within 15 % of it (and faster than stock where the pool is
+    the faster path)."""
+    job = Job(2, cold=COLD, touch=TOUCH, header=30e-6)
+    paths = [job.call(BCAST, 4 << 10, fixed(table), call) for call in range(100)]
+    assert set(paths) == {MPI_PATH}, paths
+    stock = alone(table["mpi"], 100, 4 << 10)
+    assert job.time <= stock + 2 * 30e-6 + 1e-9, (job.time, stock)
+    assert {s.overhead_s for s in job.selectors} == {30e-6}
+    for call in range(100, 20000):
+        job.call(BCAST, 4 << 10, fixed(table), call)
+    least = min(table.values())
+    assert job.time <= 1.15 * alone(least, 20000, 4 << 10), (job.time, job.learning)
+    assert job.time <= alone(table["mpi"], 20000, 4 << 10) * (1.03 if least == table["mpi"]
+                                                             else 0.6)
+    assert job.selectors[0].learners[(BCAST, 12, 0)].best == code_of(min(table,
+                                                                          key=table.get))
+
+
+def test_interleaved_classes_are_timed_call_by_call() -> None:
+    """Two classes whose calls alternate (a gradient's two buckets, say):
+    a run timed end to end never sees two calls of its class in a row, so
+    it times nothing.  Such a run had counted as taking 1 ns, won every
+    comparison and settled the class on whatever path it ran; now it
+    teaches that the class's tries must be single calls, and each class
+    finds its faster path."""
+    job = realistic()
+    tables = {BCAST: {"mpi": 3e-6, "pool": 6e-6},
+              ALLREDUCE: {"mpi": 8e-6, "pool+flat": 4e-6, "pool+rsag": 5e-6}}
+    for call in range(6000):
+        which = (BCAST, ALLREDUCE)[call % 2]
+        job.call(which, 4 << 10, fixed(tables[which]), call)
+    for which, table in tables.items():
+        learner = job.selectors[0].learners[(which, 12, 0)]
+        assert learner.choice() == code_of(min(table, key=table.get)), (which, learner.est)
+        assert learner.run_len == 1 and min(learner.est.values()) >= 1e-6, learner.est
+
+
+def test_the_overhead_is_the_median_of_the_latest_figures() -> None:
+    """What every rank counts a learning call at: the median of the latest
+    figures the header steps agreed (each the largest rank's), so that one
+    descheduled rank (5 ms) does not stop exploring; LEARN_OVERHEAD_S (or
+    the set-up's figure across pool groups) before any."""
+    sel = Selector(Routes(), 2, CHUNK, True)
+    assert sel.overhead_s == select.LEARN_OVERHEAD_S
+    for ns in (40_000, 5_000_000, 30_000, 35_000, 45_000):
+        sel.delivered(0, ns)
+    assert sel.overhead_s == 40e-6
+    for _ in range(select.OVERHEAD_FIGURES):
+        sel.delivered(0, 20_000)
+    assert sel.overhead_s == 20e-6
+    sel.delivered(0, 0)   # no figure: nothing changes
+    assert sel.overhead_s == 20e-6
+
+
 def test_rechecks_are_a_small_share_and_follow_a_change_of_load() -> None:
     """Once settled, re-checks take at most a few percent of the calls; when
     the runner-up becomes the faster path (a change of load), the choice
@@ -371,8 +448,13 @@ def test_candidates_and_names() -> None:
                     assert all(code_of(select.code_name(c)) == c for c in cands)
                     if zc:
                         assert cands == [MPI_PATH, 1]
-    # the class's first (cold, not timed) call warms the pool
+    # The class's first, cold call: where a try is a single call (large
+    # messages), a warm-up of its own through the pool; where runs are timed
+    # end to end, it opens a run on MPI, the reference (untimed itself).
     assert Learner([MPI_PATH, 1]).next_try() == 1 and Learner([MPI_PATH]).next_try() == 0
+    opening = Learner([MPI_PATH, 1])
+    opening.run_len = 4
+    assert opening.next_try() == MPI_PATH and opening.try_len(MPI_PATH) == 3
 
 
 # ------------------------------------------------------------- in a real job

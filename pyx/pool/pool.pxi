@@ -899,19 +899,25 @@ cdef class Pool:
         return self.header(value, what, root, pairs)[0]
 
     def header(self, uint64_t value, str what="header step", int root=-1,
-               uint64_t pairs=0, uint64_t report=0, uint64_t extra=0):
+               uint64_t pairs=0, uint64_t report=0, uint64_t extra=0,
+               uint64_t extra2=0):
         """`agree`, carrying a report of cxlmpi.select: `report` (its id,
-        the same on every rank, or a mismatch) and `extra` (this rank's
-        figure); returns (agreed value, the largest `extra`)."""
+        the same on every rank, or a mismatch) and `extra`, `extra2` (this
+        rank's figures); returns (agreed value, the largest `extra`, the
+        largest `extra2`)."""
         self._check()
-        cdef uint64_t agreed = 0, most = 0
+        cdef uint64_t agreed = 0
+        cdef uint64_t most[2]
+        cdef uint64_t mine[2]
+        mine[0], mine[1] = extra, extra2
+        most[0] = most[1] = 0
         cdef int rc
         self._expect(what + " header", root, -1, -1, report, 0)
         with nogil:
-            rc = agree_max(&self.st, value, pairs, extra, &agreed, &most)
+            rc = agree_max(&self.st, value, pairs, mine, &agreed, most)
         if rc != OK:
             self._raise(rc, what)
-        return agreed, most
+        return agreed, most[0], most[1]
 
     def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
                recv_nbytes, int root, size_t max_nbytes, str what, uint64_t pairs=0,

@@ -389,23 +389,24 @@ cdef inline int step_all(state_t *st) noexcept nogil:
     return wait_all(st)
 
 
-cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, uint64_t extra,
+cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, const uint64_t *extra,
                    uint64_t *result, uint64_t *extra_max) noexcept nogil:
     """A header step: every rank publishes `mine`; all learn the maximum
     (0 from any rank, meaning "not mine", makes the result 0).  `pairs`:
     this rank's share of the block checksum (see check_signatures), checked
     only when every rank takes the pool path (a rank that declines may not
-    know its blocks).  `extra` (the first word of its half): all learn its
-    maximum too (a timing, for cxlmpi.select)."""
+    know its blocks).  `extra[0..1]` (the first two words of its half): all
+    learn the maximum of each too (timings, for cxlmpi.select)."""
     cdef int q, rc
-    cdef uint64_t v, best = 0, total = 0, most = 0
+    cdef uint64_t v, best = 0, total = 0, most0 = 0, most1 = 0
     cdef bint any_zero = mine == 0
     cdef uint64_t *word
     value_ptr(st, st.rank, st.step + 1)[0] = mine
     value2_ptr(st, st.rank, st.step + 1)[0] = pairs
     word = <uint64_t *>half_ptr(st, st.rank, st.step + 1)
-    word[0] = extra
-    wrote(st, word, 8)
+    word[0] = extra[0]
+    word[1] = extra[1]
+    wrote(st, word, 16)
     rc = step_all(st)
     if rc != OK:
         return rc
@@ -414,9 +415,11 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, uint64_t extra,
             cxl_flush(value_ptr(st, q, st.step), 8, 1)
         word = <uint64_t *>half_ptr(st, q, st.step)
         if q != st.rank:
-            will_read(st, word, 8)
-        if word[0] > most:
-            most = word[0]
+            will_read(st, word, 16)
+        if word[0] > most0:
+            most0 = word[0]
+        if word[1] > most1:
+            most1 = word[1]
         v = value_ptr(st, q, st.step)[0]
         total += value2_ptr(st, q, st.step)[0]
         if v == 0:
@@ -429,7 +432,8 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, uint64_t extra,
         st.failed_code = ERR_MISMATCH
         return ERR_MISMATCH
     result[0] = 0 if any_zero else best
-    extra_max[0] = most
+    extra_max[0] = most0
+    extra_max[1] = most1
     return OK
 
 

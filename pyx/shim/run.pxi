@@ -70,16 +70,18 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
         return None, 0, 0
     if refused is None and alone(which, local, size):
         return None, 0, 0
-    cdef uint64_t agreed, most
+    cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
+    cdef double t0 = now()
     try:
         if r is None:
             agreed = state.pool.agree(REFUSED if refused is not None else local,
                                       COLLECTIVES[which], root, pairs)
         else:
             report, mine = r.selector.report()
-            agreed, most = state.pool.header(REFUSED if refused is not None else local,
-                                             COLLECTIVES[which], root, pairs, report, mine)
+            agreed, most, spent = state.pool.header(
+                REFUSED if refused is not None else local, COLLECTIVES[which], root, pairs,
+                report, mine, r.spent_ns)
     except PoolFailure as exc:
         if exc.passed:   # a peer sent the call to MPI: follow (or raise)
             if refused is None:
@@ -87,7 +89,8 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
             raise refused from None
         raise run_failed(comm, exc) from None
     if r is not None:
-        r.selector.delivered(most)
+        r.selector.delivered(most, spent)
+        r.spent_ns = <uint64_t>((now() - t0) * 1e9)
     if refused is not None:
         raise refused
     if agreed == REFUSED:
