@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
@@ -465,25 +466,31 @@ BUILTIN_TUNING = os.path.join(os.path.dirname(__file__), "builtin-tuning.json")
 BUILTIN_WINDOWS: dict[str, list[int | None] | None] = _read_tuning(BUILTIN_TUNING)
 
 _config: Config | None = None
+# Held while the settings are read and handed to the listeners: threads
+# whose first calls come at once must all see them applied (a thread that
+# found them published before the hot path had its windows passed its
+# call to MPI while its peer set a pool up: a hang).
+_reading = threading.RLock()
 
 
 def get() -> Config:
     """The settings in force (read from the environment on first use)."""
-    global _config
-    if _config is None:
-        _config = Config()
-        _apply(_config)
-        _warn_unknown()
-    return _config
+    cfg = _config
+    if cfg is None:
+        with _reading:
+            cfg = _config if _config is not None else reload()
+    return cfg
 
 
 def reload() -> Config:
     """Read the settings from the environment again."""
     global _config
-    _config = Config()
-    _apply(_config)
-    _warn_unknown()
-    return _config
+    with _reading:
+        cfg = Config()
+        _apply(cfg)
+        _config = cfg      # published once applied
+        _warn_unknown()
+    return cfg
 
 
 # Who is told when the settings are read (the compiled hot path registers

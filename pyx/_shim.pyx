@@ -153,7 +153,7 @@ cdef inline void passed(int which, double t0) noexcept:
     stat_pass[which] += 1
     if time_all:
         stat_seconds[which] += now() - t0
-    if _run_routes is not None:   # a call of a timed run that `skip` sent to MPI
+    if _run_routes != NULL:   # a call of a timed run that `skip` sent to MPI
         timed_pass(which)
 
 
@@ -240,12 +240,24 @@ def stats_reset():
 # hosts, and the tables differ), where a communicator without a pool yet
 # reads lo2/hi2 (the lower: its first call sets the pool up) and one with
 # a pool its own; `take` then checks against the table of the pool found.
-cdef Py_ssize_t lo1[NCOLL]
-cdef Py_ssize_t hi1[NCOLL]
-cdef Py_ssize_t lo2[NCOLL]
-cdef Py_ssize_t hi2[NCOLL]
-cdef Py_ssize_t *lo = lo1
-cdef Py_ssize_t *hi = hi1
+#
+# `lo`/`hi` are the calling thread's own (threads may each call on a
+# communicator of their own at once): set by `enter` at every call where
+# the tables differ, so that another thread's call never changes the table
+# one call reads.
+cdef extern from *:
+    """
+    static Py_ssize_t cxl_lo1[16], cxl_hi1[16], cxl_lo2[16], cxl_hi2[16];
+    static __thread Py_ssize_t *cxl_lo = cxl_lo1, *cxl_hi = cxl_hi1;
+    """
+    Py_ssize_t lo1 "cxl_lo1" [NCOLL]
+    Py_ssize_t hi1 "cxl_hi1" [NCOLL]
+    Py_ssize_t lo2 "cxl_lo2" [NCOLL]
+    Py_ssize_t hi2 "cxl_hi2" [NCOLL]
+    Py_ssize_t *lo "cxl_lo"
+    Py_ssize_t *hi "cxl_hi"
+if sizeof(lo1) != NCOLL * sizeof(Py_ssize_t):
+    raise ImportError("cxlmpi._shim: the window tables are not NCOLL long")
 cdef bint hosts_apart = False
 # CXLMPI_TUNING=adaptive: lo/hi are [CXLMPI_THRESHOLD, -) and each
 # communicator's Routes choose (a Pool's or a Hierarchy's); where it has
@@ -301,6 +313,7 @@ cdef inline int enter(object comm) except -1:
         _config.get()
     if hosts_apart:
         sized(comm)
+        set_table(_sized_state)   # (this thread's: see lo1)
     return 0
 
 
@@ -1113,21 +1126,38 @@ cdef const void *_sized_where = NULL   # where mpi4py keeps its handle (see comm
 cdef inline int sized(object comm) except -1:
     global _sized_comm, _sized_rank, _sized_size, _sized_state, _marked_pool, _marked_fn, \
         _marked_state, _sized_where
-    if comm is not _sized_comm:
-        _sized_rank = comm.Get_rank()
-        _sized_size = comm.Get_size()
-        _sized_where = <const void *><uintptr_t>_addressof(comm)
-        _sized_state = _states.get(comm.handle)
-        if hosts_apart:
-            set_table(_sized_state)
-        _marked_pool = _sized_state.pool if _sized_state is not None else None
-        _marked_fn = NULL
-        marker = getattr(_marked_pool, "pass_marker", None)
-        if marker is not None:
-            fn, st = marker()
-            _marked_fn = <mark_fn><uintptr_t>fn
-            _marked_state = <void *><uintptr_t>st
-        _sized_comm = comm
+    if comm is _sized_comm:
+        return 0
+    # Everything into locals first: this may run Python code (a finalizer
+    # of an object freed on the way), where another thread may call on its
+    # own communicator and set these.  Then all of them at once, with no
+    # Python code between (the objects they held are kept alive till after:
+    # their release could run a finalizer in the middle), so that a call
+    # reads one communicator's set, never a mix.
+    cdef int rank = comm.Get_rank(), size = comm.Get_size()
+    cdef const void *where = <const void *><uintptr_t>_addressof(comm)
+    cdef mark_fn fn_c = NULL
+    cdef void *st_c = NULL
+    state = _states.get(comm.handle)
+    pool = state.pool if state is not None else None
+    marker = getattr(pool, "pass_marker", None)
+    if marker is not None:
+        fn, st = marker()
+        fn_c = <mark_fn><uintptr_t>fn
+        st_c = <void *><uintptr_t>st
+    cdef object _held_comm = _sized_comm
+    cdef object _held_state = _sized_state
+    cdef object _held_pool = _marked_pool
+    _sized_rank = rank
+    _sized_size = size
+    _sized_where = where
+    _sized_state = state
+    _marked_pool = pool
+    _marked_fn = fn_c
+    _marked_state = st_c
+    _sized_comm = comm
+    if hosts_apart:
+        set_table(state)   # (this thread's: see lo1)
     return 0
 
 
@@ -1290,8 +1320,17 @@ cdef class Routes:
         return self.ops_ptr[0]
 
 
-cdef bint learning = False   # the current call times its path for the selector
-cdef Routes _run_routes = None  # the routes of a call `skip` sent to MPI for a run
+# Per thread (threads may each call on a communicator of their own at
+# once): whether the current call times its path for the selector, and the
+# routes of a call `skip` sent to MPI for a run (borrowed: the
+# communicator's state keeps them alive through the call).
+cdef extern from *:
+    """
+    static __thread int cxl_learning;
+    static __thread void *cxl_run_routes;
+    """
+    bint learning "cxl_learning"
+    void *_run_routes "cxl_run_routes"
 
 
 cdef inline void run_ended_call(Routes r) noexcept:
@@ -1308,8 +1347,8 @@ cdef void timed_pass(int which) noexcept:
     """`passed` for a call of an MPI run that `skip` let through."""
     global learning, _run_routes
     learning = False
-    cdef Routes r = _run_routes
-    _run_routes = None
+    cdef Routes r = <Routes>_run_routes
+    _run_routes = NULL
     # (the same collective: a call whose stock MPI raised never got here,
     # and must not lend its mark to the next one)
     if r.run_which == which and r.run_span:
@@ -1400,7 +1439,7 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
     it (`learning`)."""
     global _ndarray, learning, _run_routes
     learning = False
-    _run_routes = None
+    _run_routes = NULL
     if _ndarray is None:
         numpy = sys.modules.get("numpy")
         if numpy is None:
@@ -1431,7 +1470,7 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
         # takes (a run through `take` would count parsing MPI never pays
         # then), and `passed` times it
         learning = True
-        _run_routes = r
+        _run_routes = <void *>r
     return True
 
 

@@ -39,6 +39,7 @@ from harness import (
 
 FUZZ = "tools/fuzz.py"
 THREADS = "tests/scripts/threads.py"
+THREAD_RACES = "tests/scripts/thread_races.py"
 SEGMENT = "tests/scripts/segment.py"
 FOREVER = "tests/scripts/forever.py"
 MEMORY = "tests/scripts/memory.py"
@@ -77,7 +78,7 @@ def test_fuzz_small_pool(nranks: int) -> None:
 # ------------------------------------------------------------- b. threads
 
 
-@pytest.mark.parametrize("pool", ["shm", "file"])
+@pytest.mark.parametrize("pool", ["shm", "file", "adaptive"])
 def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
     """MPI_THREAD_MULTIPLE: three threads per rank, each on its own wrapped
     communicator, run pool Allreduce/Bcast/Allgather at the same time; every
@@ -88,13 +89,18 @@ def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
     communicator so) deadlocked 3 runs in 8.  On a
     pool file every partition is given back at exit -- the communicators'
     and every node heap (threads setting pools up at once may each make
-    one)."""
+    one).  `adaptive`: the threads' communicators learn at once, and every
+    rank counts the same learning calls (whether a call is timed was
+    process-wide state that another thread's call changed: the counts
+    differed between ranks in 2 runs of 3)."""
     from cxlmpi import backends
 
     nthreads, iterations, fresh = 3, 150, 100
     env = dict(SMALL_POOL_ENV)
     if pool == "file":
         env["CXLMPI_POOL"] = f"file:{tmp_path / 'pool'}"
+    if pool == "adaptive":
+        env.update(CXLMPI_TUNING="adaptive", CXLMPI_CACHE="off")
     job = launch_mpi(2, [THREADS, str(nthreads), str(iterations), str(fresh)], env=env,
                      timeout=TIMEOUT)
     assert job.returncode == 0, job.describe()
@@ -106,6 +112,8 @@ def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
         assert len(rep["threads"]) == nthreads
         for thread in rep["threads"]:
             assert thread == {"ok": True, "calls": 4 * iterations, "error": None}, rep
+        if pool == "adaptive":
+            continue
         # Every call of every thread took the pool path.
         assert rep["pool_calls"] == {"allreduce": nthreads * (2 * iterations + fresh),
                                      "bcast": nthreads * iterations,
@@ -114,6 +122,35 @@ def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
         dev = backends._open(backends.parse_spec(env["CXLMPI_POOL"]), create=False)
         dev.check_header(format_if_empty=False)
         assert dev.entries() == [], dev.entries()
+    if pool == "adaptive":
+        learning = [rep["learning"] for rep in everyone]
+        assert learning[0] == learning[1] and sum(learning[0].values()) > 0, learning
+
+
+@pytest.mark.parametrize("mode, args, env", [
+    # a pool file whose one-host and several-host windows differ: hung 9
+    # runs in 21 (CXLMPITimeoutError on one rank, MPI on the other)
+    ("tables", ["200"], {"CXLMPI_HOSTS_THRESHOLD": "1M"}),
+    # first calls at once: hung 3 runs in 32 (4 and 8 threads)
+    ("first-calls", ["8"], {}),
+    # a finalizer inside the switch of the cached communicator: wrong
+    # blocks in every run
+    ("finalizer", [], {}),
+])
+def test_threads_never_share_a_calls_state(mode: str, args: list[str], env: dict,
+                                           tmp_path) -> None:
+    """What one call of the hot path keeps between its steps is its own:
+    another thread's call (or a finalizer) in between never changes the
+    windows it reads, the settings it starts from, or the communicator it
+    runs on.  Every result equals stock MPI's; the failures before are
+    noted by each case."""
+    env = {**SMALL_POOL_ENV, "CXLMPI_TIMEOUT": "20", **env}
+    if mode == "tables":
+        env["CXLMPI_POOL"] = f"file:{tmp_path / 'pool'}"
+    job = launch_mpi(2, [THREAD_RACES, mode, *args], env=env, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    for rep in tagged_json(job.stdout, "RESULT"):
+        assert rep["error"] is None and rep["wrong"] == 0 and rep["calls"] >= 1, rep
 
 
 # ------------------------------------------------------------ c. security

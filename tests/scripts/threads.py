@@ -14,8 +14,8 @@ Allreduce, checked, then Free): pool set-ups of several threads at once,
 where a step that holds the GIL while it waits for a peer deadlocks.
 Rank 0 prints ``THREADS <json>``: per rank, per thread, whether
 every result matched, how many calls ran, and the error if one was raised;
-plus this rank's pool call counts.  ``SKIP <reason>`` instead when the MPI
-library does not provide MPI_THREAD_MULTIPLE.
+plus this rank's pool and learning call counts.  ``SKIP <reason>`` instead
+when the MPI library does not provide MPI_THREAD_MULTIPLE.
 """
 
 from __future__ import annotations
@@ -121,9 +121,11 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
-    pool_calls = {name: row["pool_calls"] for name, row in cxlmpi.stats().items()
-                  if name in ("allreduce", "bcast", "allgather")}
-    everyone = world.gather({"rank": rank, "threads": reports, "pool_calls": pool_calls},
+    stats = {name: row for name, row in cxlmpi.stats().items()
+             if name in ("allreduce", "bcast", "allgather")}
+    everyone = world.gather({"rank": rank, "threads": reports,
+                             "pool_calls": {k: v["pool_calls"] for k, v in stats.items()},
+                             "learning": {k: v["learning_calls"] for k, v in stats.items()}},
                             root=0)
     for comm in comms + plains:
         comm.Free()
