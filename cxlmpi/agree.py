@@ -19,38 +19,42 @@ wrapped communicator's methods never come back into cxlmpi).
 
 from __future__ import annotations
 
+import itertools
 import pickle
+from array import array
 from typing import Any
 
-import numpy as np
 from mpi4py import MPI
 
 __all__ = ["allgather", "bcast"]
+
+# (not NumPy: `python -m cxlmpi` patches before the program runs, and the
+# program may set OMP_NUM_THREADS & co. before it imports NumPy itself)
 
 
 def allgather(comm: MPI.Intracomm, obj: Any) -> list[Any]:
     """Every rank's `obj`, by rank."""
     plain = MPI.Intracomm(comm)
-    mine = np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), np.uint8)
-    sizes = np.empty(plain.Get_size(), np.int64)
-    plain.Allgather(np.array([mine.size], np.int64), sizes)
-    displs = np.zeros_like(sizes)
-    np.cumsum(sizes[:-1], out=displs[1:])
-    everyone = np.empty(int(sizes.sum()), np.uint8)
-    plain.Allgatherv(mine, [everyone, sizes, displs, MPI.BYTE])
-    return [pickle.loads(everyone[d:d + n]) for d, n in zip(displs, sizes)]
+    mine = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    sizes = array("q", bytes(8 * plain.Get_size()))
+    plain.Allgather([array("q", [len(mine)]), MPI.INT64_T], [sizes, MPI.INT64_T])
+    displs = [0, *itertools.accumulate(sizes)]
+    everyone = bytearray(displs[-1])
+    plain.Allgatherv([mine, MPI.BYTE], [everyone, (list(sizes), displs[:-1]), MPI.BYTE])
+    view = memoryview(everyone)
+    return [pickle.loads(view[d:d + n]) for d, n in zip(displs, sizes)]
 
 
 def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     """`obj` of rank `root`, on every rank."""
     plain = MPI.Intracomm(comm)
-    size = np.zeros(1, np.int64)
+    size = array("q", [0])
     data = None
     if plain.Get_rank() == root:
         data = bytearray(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
         size[0] = len(data)
-    plain.Bcast(size, root)
+    plain.Bcast([size, MPI.INT64_T], root)
     if data is None:
-        data = bytearray(int(size[0]))
-    plain.Bcast(data, root)
+        data = bytearray(size[0])
+    plain.Bcast([data, MPI.BYTE], root)
     return pickle.loads(data)

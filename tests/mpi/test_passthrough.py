@@ -199,7 +199,10 @@ def test_small_calls_go_straight_to_the_library(comm):
         ok = report(ok and np.array_equal(got, want), f"{name}: result differs from stock")
         ok = report(ok and straight == (passes if on else 0),
                     f"{name}: {straight} straight of {passes} passed through")
-        ok = report(ok and (not passes or steps() == step),
+        # (a Barrier is the pool's at every size: under adaptive selection
+        # its class's first call is a learning call, whose header step may
+        # send it to MPI)
+        ok = report(ok and (not passes or steps() == step or name == "barrier"),
                     f"{name}: {steps() - step} pool steps before it passed through")
     # (only a Barrier can be the pool's at these sizes; not if the pool is off)
     agree(ok and passed >= len(calls) - 1, f"straight path ({passed} calls passed through)")
