@@ -46,7 +46,7 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
 from libc.string cimport memcmp, memset, strcmp, strcpy, strlen
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.pyport cimport PY_SSIZE_T_MAX
@@ -1322,15 +1322,26 @@ cdef class Routes:
 
 # Per thread (threads may each call on a communicator of their own at
 # once): whether the current call times its path for the selector, and the
-# routes of a call `skip` sent to MPI for a run (borrowed: the
-# communicator's state keeps them alive through the call).
+# routes of a call `skip` sent to MPI for a run -- a reference of its own
+# (set_run_routes): a call whose MPI raised leaves it set until the next,
+# and the communicator may be freed meanwhile.
 cdef extern from *:
     """
     static __thread int cxl_learning;
-    static __thread void *cxl_run_routes;
+    static __thread PyObject *cxl_run_routes;
     """
     bint learning "cxl_learning"
-    void *_run_routes "cxl_run_routes"
+    PyObject *_run_routes "cxl_run_routes"
+
+
+cdef inline void set_run_routes(PyObject *routes) noexcept:
+    """Hold `routes` (NULL: none) as this thread's run routes; the routes
+    held before are let go last (their release may run Python code)."""
+    global _run_routes
+    cdef PyObject *held = _run_routes
+    Py_XINCREF(routes)
+    _run_routes = routes
+    Py_XDECREF(held)
 
 
 cdef inline void run_ended_call(Routes r) noexcept:
@@ -1345,10 +1356,10 @@ cdef inline void run_ended_call(Routes r) noexcept:
 
 cdef void timed_pass(int which) noexcept:
     """`passed` for a call of an MPI run that `skip` let through."""
-    global learning, _run_routes
+    global learning
     learning = False
     cdef Routes r = <Routes>_run_routes
-    _run_routes = NULL
+    set_run_routes(NULL)
     # (the same collective: a call whose stock MPI raised never got here,
     # and must not lend its mark to the next one)
     if r.run_which == which and r.run_span:
@@ -1437,9 +1448,9 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
     apply (pool-sized messages on a pool with arenas: the buffers' place
     counts).  A call of a run timed on MPI passes too, and `passed` times
     it (`learning`)."""
-    global _ndarray, learning, _run_routes
+    global _ndarray, learning
     learning = False
-    _run_routes = NULL
+    set_run_routes(NULL)
     if _ndarray is None:
         numpy = sys.modules.get("numpy")
         if numpy is None:
@@ -1470,7 +1481,7 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
         # takes (a run through `take` would count parsing MPI never pays
         # then), and `passed` times it
         learning = True
-        _run_routes = <void *>r
+        set_run_routes(<PyObject *>r)
     return True
 
 
