@@ -87,7 +87,7 @@ MAX_RUN = 16             # ... but at most this many calls
 # Before the first figure arrives: LEARN_OVERHEAD_S (across pool groups,
 # where the header step goes through the leaders' MPI, plus what rank 0
 # measured of it when the pool was set up: Selector's `overhead_s`).
-# Measured: 1-2 us in a tight loop, 20-50 us in place (2 ranks, 2-vCPU VM).
+# Measured: 1-2 us in a tight loop, 20-90 us in place (2 ranks, 2-vCPU VM).
 LEARN_OVERHEAD_S = 6e-6
 OVERHEAD_FIGURES = 7
 
