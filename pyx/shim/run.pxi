@@ -72,12 +72,13 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
         return None, 0, 0
     cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
-    cdef double t0 = now()
+    cdef double t0 = 0.0
     try:
         if r is None:
             agreed = state.pool.agree(REFUSED if refused is not None else local,
                                       COLLECTIVES[which], root, pairs)
         else:
+            t0 = now()
             report, mine = r.selector.report()
             agreed, most, spent = state.pool.header(
                 REFUSED if refused is not None else local, COLLECTIVES[which], root, pairs,
