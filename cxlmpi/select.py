@@ -346,10 +346,7 @@ class Learner:
             # samples: a cold first look would drop a candidate that is
             # in fact the fastest.  A warm-up that opened a run timed end
             # to end was not timed: the run's time is the first look's.
-            if code == MPI_PATH:
-                self.warm_mpi = True
-            else:
-                self.warm_pool = True
+            self._warmed(code)
             if self.run_calls == 1:
                 self.warmups[code != MPI_PATH] = seconds
                 return
@@ -379,11 +376,14 @@ class Learner:
         class's tries are single calls, each timed alone."""
         self.explored += 1
         if self.run_calls > 1:
-            if code == MPI_PATH:
-                self.warm_mpi = True
-            else:
-                self.warm_pool = True
+            self._warmed(code)
             self.run_len = 1
+
+    def _warmed(self, code: int) -> None:
+        if code == MPI_PATH:
+            self.warm_mpi = True
+        else:
+            self.warm_pool = True
 
     def _settle(self) -> None:
         ranked = sorted(self.est, key=lambda c: (weighed(c, self.est[c]),
