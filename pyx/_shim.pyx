@@ -51,6 +51,7 @@ from libc.string cimport memcmp, memset, strcmp, strcpy, strlen
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.long cimport PyLong_AsSsize_t
+from cpython.pycapsule cimport PyCapsule_GetPointer
 
 cdef extern from *:
     int __builtin_clzll(unsigned long long) nogil
@@ -440,12 +441,13 @@ cdef inline object lookup_type(object o_type):
     return None
 
 
-cdef tuple unpack(object msg, bint vector):
+cdef tuple unpack(object msg, bint vector, bint device=False):
     """(buf, count(s), displ(s), datatype) of a message, as mpi4py reads
-    it, or None for a form it rejects or the pool cannot take."""
+    it, or None for a form it rejects or the pool cannot take (`device`:
+    a device array's may be taken, see `foreign`)."""
     cdef object o_buf = None, o_count = None, o_displ = None, o_type = None
     cdef Py_ssize_t nargs
-    if PyObject_CheckBuffer(msg):
+    if PyObject_CheckBuffer(msg) or (device and device_array(msg)):
         return (msg, None, None, None)
     if not isinstance(msg, (list, tuple)):
         return None
@@ -470,9 +472,17 @@ cdef tuple unpack(object msg, bint vector):
         o_buf, o_count, o_displ, o_type = msg
     else:
         return None
-    if o_buf is None or o_buf is _BOTTOM or not PyObject_CheckBuffer(o_buf):
+    if o_buf is None or o_buf is _BOTTOM or not (
+            PyObject_CheckBuffer(o_buf) or (device and device_array(o_buf))):
         return None
     return (o_buf, o_count, o_displ, o_type)
+
+
+cdef inline bint device_array(object obj):
+    """Whether mpi4py reads `obj` as a device array (no buffer protocol:
+    __cuda_array_interface__ or DLPack), memory the pool cannot read."""
+    return not PyObject_CheckBuffer(obj) and (
+        hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"))
 
 
 cdef object format_type(str fmt):
@@ -873,6 +883,13 @@ cdef tuple parse_vector(object msg, bint writable, int blocks):
 # call goes to MPI, MPI gets the user's message as given.  Not for the
 # reductions: MPICH and Open MPI refuse a predefined op on any derived
 # datatype, so such a rank goes to MPI and raises there, as under stock.
+#
+# A device array (a GPU buffer, read by mpi4py through
+# __cuda_array_interface__ or DLPack) is staged alike, reductions included
+# where its datatype is a predefined one: the pool cannot read device
+# memory, and a rank that passed alone would hang its peers where they
+# cannot follow.  MPI copies it (a CUDA-aware library between device and
+# host); cxlmpi never touches device memory itself.
 
 # A duplicate of COMM_SELF for the staging copies, made on first use, and
 # the lock its copies take: two threads' Sendrecv pairs on one
@@ -929,6 +946,88 @@ cdef tuple derived(object msg, bint vector, bint writable):
     return parts, (length, size, extent, tlb, textent)
 
 
+cdef extern from *:
+    """
+    typedef struct {   /* DLPack's DLTensor, up to its dtype */
+        void *data;
+        int32_t device_type, device_id;
+        int32_t ndim;
+        uint8_t code, bits;
+        uint16_t lanes;
+    } cxl_dltensor;
+    """
+    ctypedef struct cxl_dltensor:
+        unsigned char code, bits
+        unsigned short lanes
+
+
+# DLPack's type codes -> numpy's kinds
+cdef dict DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+
+
+cdef object device_type(object obj):
+    """The MPI datatype mpi4py reads from a bare device array's element
+    type (its __cuda_array_interface__ typestr, or its DLPack dtype), or
+    None."""
+    import numpy
+
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        if cai is not None:
+            return TYPE_DICT.get(numpy.dtype(cai["typestr"]).char)
+        capsule = obj.__dlpack__()
+        # (a DLManagedTensor begins with its DLTensor; the capsule, never
+        # consumed, hands it back to its producer when it is freed)
+        t = <cxl_dltensor *>PyCapsule_GetPointer(capsule, "dltensor")
+        kind = DL_KINDS.get(t.code)
+        if kind is None or t.lanes != 1 or t.bits % 8:
+            return None
+        return TYPE_DICT.get(numpy.dtype(f"{kind}{t.bits // 8}").char)
+    except Exception:
+        return None
+
+
+cdef tuple foreign(object msg, bint vector, bint writable, bint predefined):
+    """`derived` for a message in a device array: its parts, the datatype
+    read (a bare array's from its __cuda_array_interface__ typestr, as
+    mpi4py reads it), and its reach, its length as mpi4py reads the
+    buffer; None for any other message, a read-only array to write, or
+    (`predefined`) a derived datatype."""
+    parts = unpack(msg, vector, True)
+    if parts is None or PyObject_CheckBuffer(parts[0]):
+        return None
+    o_buf, o_count, o_displ, o_type = parts
+    try:
+        view = MPI.buffer(o_buf)
+    except Exception:
+        return None
+    if writable and view.readonly:
+        return None
+    length = view.nbytes
+    if o_type is None:
+        o_type = device_type(o_buf)
+    elif isinstance(o_type, str):
+        o_type = format_type(o_type)
+    if not isinstance(o_type, _DATATYPE):
+        return None
+    if o_type.is_predefined:
+        info = type_info(o_type)
+        if info is None:
+            return None
+        return (o_buf, o_count, o_displ, o_type), (length, info[1], info[1], 0, info[1])
+    if predefined:
+        return None
+    try:
+        size = o_type.Get_size()
+        extent = o_type.Get_extent()[1]
+        tlb, textent = o_type.Get_true_extent()
+    except MPI.Exception:
+        return None
+    if size <= 0 or textent < 0:
+        return None
+    return (o_buf, o_count, o_displ, o_type), (length, size, extent, tlb, textent)
+
+
 cdef bint spans(tuple d, object displ, object count) except -1:
     """Whether `count` elements of the datatype of `d` (see `derived`) from
     element `displ` on lie within the buffer (Python ints: nothing wraps
@@ -973,13 +1072,17 @@ cdef Message staging(tuple d, Py_ssize_t total, list parts):
     return m
 
 
-cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least):
-    """`parse` for a message of a derived datatype (see above) of at least
-    `least` bytes: a Message of its elements in a temporary buffer (`count`
-    per block, as `parse` counts), or None.  Only a message that lies
-    within its buffer is staged (mpi4py does not check a derived datatype's
-    reach); the others go to MPI as before."""
-    found = derived(msg, False, writable)
+cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least,
+                   bint reducing=False):
+    """`parse` for a message of a derived datatype or in a device array
+    (see above) of at least `least` bytes: a Message of its elements in a
+    temporary buffer (`count` per block, as `parse` counts), or None.  Only
+    a message that lies within its buffer is staged (mpi4py does not check
+    a derived datatype's reach); the others go to MPI as before.
+    `reducing`: only a device array of a predefined datatype."""
+    found = None if reducing else derived(msg, False, writable)
+    if found is None:
+        found = foreign(msg, False, writable, reducing)
     if found is None:
         return None
     (o_buf, o_count, o_displ, o_type), d = found
@@ -1011,6 +1114,8 @@ cdef Vector stage_vector(object msg, int blocks):
     above): its blocks one after the other in a temporary buffer, or
     None."""
     found = derived(msg, True, True)
+    if found is None:
+        found = foreign(msg, True, True, False)
     if found is None:
         return None
     (o_buf, o_counts, o_displs, o_type), d = found
@@ -1055,6 +1160,13 @@ cdef inline Message parse_any(object msg, bint writable, int blocks=0,
     """`parse`, or else `stage` (a message of at least `least` bytes)."""
     cdef Message m = parse(msg, writable, blocks)
     return m if m is not None else stage(msg, writable, blocks, least)
+
+
+cdef inline Message parse_reduced(object msg, bint writable, int blocks=0):
+    """`parse` for a reduction's message, or else `stage` a device array
+    of a predefined datatype."""
+    cdef Message m = parse(msg, writable, blocks)
+    return m if m is not None else stage(msg, writable, blocks, 0, True)
 
 
 cdef int fill(Message m) except -1:

@@ -381,8 +381,8 @@ cdef int pass_reduce_scatter(object comm, object sendbuf, object recvbuf, object
     cdef cxl_h oph = op_handle(op) if c != 0 else 0
     cdef bint in_place = sendbuf is _IN_PLACE
     cdef int ierr
-    if oph == 0 or recv is None or not vector_fits(counts) or \
-            (send is None and not in_place):
+    if oph == 0 or not direct(recv) or not vector_fits(counts) or \
+            (not in_place and not direct(send)):
         _stock_reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op)
         return 0
     cdef const void *sp = IN_PLACE_P if in_place else <void *>send.address

@@ -226,10 +226,10 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     opc = op_code(op)
     if opc is not None:
         if sendbuf is _IN_PLACE:
-            recv = parse(recvbuf, True, size)
+            recv = parse_reduced(recvbuf, True, size)
         else:
-            pr = recv = parse(recvbuf, True)
-            send = parse(sendbuf, False, size) if recv is not None else None
+            pr = recv = parse_reduced(recvbuf, True)
+            send = parse_reduced(sendbuf, False, size) if recv is not None else None
             if send is None or send.count != recv.count or \
                     send.handle != recv.handle:
                 recv = None
@@ -254,6 +254,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
             t0 = t
         block = recv.nbytes
         base = recv.address if send is None else send.address
+        fill(recv if send is None else send)
         zc = run(self, REDUCE_SCATTER_BLOCK, code,
                  _stock_reduce_scatter_block, (self, sendbuf, recvbuf, op,),
                  state.pool.reduce_scatter,
@@ -261,6 +262,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
                   recv.address, recv.itemsize, opc, recv.tcode, send is None,
                   "Reduce_scatter_block"))
         if zc >= 0:
+            drain(recv)
             pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
     if state is not None:
         took(state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, code, zc, t)
@@ -287,12 +289,12 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
                 break
             total += counts.counts[i]
     if counts is not None:
-        recv = parse(recvbuf, True)
+        recv = parse_reduced(recvbuf, True)
         if recv is not None and sendbuf is _IN_PLACE:
             if recv.count != total:
                 recv = None
         elif recv is not None:
-            send = parse(sendbuf, False)
+            send = parse_reduced(sendbuf, False)
             if send is None or send.count != total or recv.count != counts.counts[rank] \
                     or send.handle != recv.handle:
                 recv = send = None
@@ -320,12 +322,14 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         for i in range(size):
             addrs.append(base + acc * item)
             acc += counts.counts[i]
+        fill(recv if send is None else send)
         zc = run(self, REDUCE_SCATTER, code,
                  _stock_reduce_scatter, (self, sendbuf, recvbuf, recvcounts, op,),
                  state.pool.reduce_scatter, (addrs, counts.count_list(), recv.address, item,
                                              opc, recv.tcode, send is None,
                                              "Reduce_scatter"))
         if zc >= 0:
+            drain(recv)
             pooled(REDUCE_SCATTER, total * item, t0)
     if state is not None:
         took(state, REDUCE_SCATTER, total * recv.itemsize, code, zc, t)

@@ -29,10 +29,12 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
         t = now()
         if not time_all:
             t0 = t
+        fill(send)
         zc = run(self, REDUCE, code, _stock_reduce, (self, sendbuf, recvbuf, op, root,),
                  state.pool.reduce, (send.address, recv.address if recv is not None else 0,
                                      send.count, send.itemsize, opc, send.tcode, root))
         if zc >= 0:
+            drain(recv)
             pooled(REDUCE, send.nbytes, t0)
     if state is not None:
         took(state, REDUCE, send.nbytes, code, zc, t)
@@ -60,10 +62,12 @@ def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         t = now()
         if not time_all:
             t0 = t
+        fill(send)
         zc = run(self, ALLREDUCE, code, _stock_allreduce, (self, sendbuf, recvbuf, op,),
                  state.pool.reduce, (send.address, recv.address, send.count, send.itemsize,
                                      opc, send.tcode, -1))
         if zc >= 0:
+            drain(recv)
             pooled(ALLREDUCE, send.nbytes, t0)
     if state is not None:
         took(state, ALLREDUCE, send.nbytes, code, zc, t)
@@ -103,10 +107,14 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
         t = now()
         if not time_all:
             t0 = t
+        fill(send)
+        if which == EXSCAN and send is not recv:
+            fill(recv)   # (rank 0's is left as it was: as the user's)
         zc = run(self, which, code, stock, (self, sendbuf, recvbuf, op,),
                  state.pool.scan, (send.address, recv.address, send.count, send.itemsize,
                                    opc, send.tcode, which == EXSCAN))
         if zc >= 0:
+            drain(recv)
             pooled(which, send.nbytes, t0)
     if state is not None:
         took(state, which, send.nbytes, code, zc, t)

@@ -211,19 +211,19 @@ cdef inline object plan_reduce(object comm, int which, object sendbuf, object re
     if opc is None:
         return None
     if receiving:
-        recv = parse(recvbuf, True)
+        recv = parse_reduced(recvbuf, True)
         if recv is None:
             return None
         if sendbuf is _IN_PLACE:
             send = recv
         else:
-            send = parse(sendbuf, False)
+            send = parse_reduced(sendbuf, False)
             if (send is None or send.count != recv.count
                     or send.handle != recv.handle
                     or overlap(send, recv)):
                 return None
     else:
-        send = parse(sendbuf, False)
+        send = parse_reduced(sendbuf, False)
         if send is None:
             return None
     return send, recv, opc, within(which, send.nbytes) and send.tcode >= 0 \

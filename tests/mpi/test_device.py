@@ -1,0 +1,198 @@
+"""Some ranks pass device arrays (GPU buffers, as mpi4py reads them: through
+__cuda_array_interface__ or DLPack, without the buffer protocol), the others
+plain NumPy arrays -- as a job whose hosts differ may.  Stock MPI's result
+is the reference.
+
+Here the device arrays are views of host memory that offer only those
+interfaces: mpi4py hands their pointer to MPI as it would a GPU's (a
+CUDA-aware library copies device memory; these need no GPU).  The pool
+cannot read device memory: such a message is staged (MPI copies it to and
+from a host buffer on a self communicator), so that the rank decides as its
+peers do.
+
+Each collective runs on a communicator of its own, so its first call is the
+one that sets the pool up -- a collective step every rank must take alike
+(before, a rank with a device array went to MPI alone and the others waited
+in the set-up for ever).  Further calls follow it: across pool groups a
+settled call has no header step in which a rank could tell the others that
+it went to MPI (the other groups' leaders waited in the leaders' MPI step).
+The device ranks are SIZE // 2 and SIZE - 1 (a group leader at
+CXLMPI_POOL_GROUPS=2, 4 ranks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from common import CFG, PLAIN, RANK, SIZE, agree, make_data, pool_calls, pool_expected
+from mpi4py import MPI
+
+import cxlmpi
+
+DEVICE = RANK in {SIZE - 1, SIZE // 2}
+CALLS = 4
+# doubles per rank: above the pool's window, several chunks
+N = max(2 * CFG.threshold, 3 * CFG.chunk_size + 24) // 8
+ROOTS = sorted({0, SIZE - 1})
+INTERFACES = ["cuda", "dlpack"]
+
+
+class Cuda:
+    """A host array seen only through __cuda_array_interface__."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        a = self.arr
+        return {"shape": a.shape, "typestr": a.dtype.str, "strides": None,
+                "data": (a.ctypes.data, not a.flags.writeable), "version": 3}
+
+
+class DLPack:
+    """A host array seen only through DLPack."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.arr.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def dev(arr: np.ndarray, interface: str) -> object:
+    """`arr` as this rank passes it: a device array on the device ranks."""
+    if not DEVICE:
+        return arr
+    return Cuda(arr) if interface == "cuda" else DLPack(arr)
+
+
+def run(name: str, call, pool_name: str | None = None) -> None:
+    """`call(comm, seed)` -> result on a fresh wrapped communicator and on
+    the plain one, CALLS times; every result equal."""
+    comm = cxlmpi.wrap(PLAIN.Dup())
+    plain = PLAIN.Dup()
+    before = pool_calls(pool_name or name.lower())
+    ok, why = True, ""
+    try:
+        for i in range(CALLS):
+            got = call(comm, 100 + i)
+            want = call(plain, 100 + i)
+            if not (got.shape == want.shape and np.array_equal(got, want)):
+                ok, why = False, f"call {i}"
+                break
+    finally:
+        comm.Free()
+        plain.Free()
+    agree(ok, f"{name} with device arrays on ranks {sorted({SIZE - 1, SIZE // 2})} {why}")
+    if pool_expected(pool_name or name.lower()):
+        agree(pool_calls(pool_name or name.lower()) > before, f"{name} used the pool")
+
+
+@pytest.fixture(params=INTERFACES)
+def interface(request) -> str:
+    return request.param
+
+
+# -------------------------------------------------------------- moves
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_bcast(interface: str, root: int) -> None:
+    def call(c, seed):
+        b = make_data(np.float64, N, seed) if RANK == root else np.zeros(N)
+        c.Bcast(dev(b, interface), root)
+        return b
+    run("Bcast", call)
+
+
+def test_allgather(interface: str) -> None:
+    def call(c, seed):
+        r = np.zeros(N * SIZE)
+        c.Allgather(dev(make_data(np.float64, N, seed), interface), dev(r, interface))
+        return r
+    run("Allgather", call)
+
+
+def test_allgatherv(interface: str) -> None:
+    counts = [N + 3 * q for q in range(SIZE)]
+
+    def call(c, seed):
+        r = np.zeros(sum(counts) + SIZE)
+        displs = [sum(counts[:i]) + i for i in range(SIZE)]
+        c.Allgatherv(dev(make_data(np.float64, counts[RANK], seed), interface),
+                     [dev(r, interface), counts, displs, MPI.DOUBLE])
+        return r
+    run("Allgatherv", call)
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_gather(interface: str, root: int) -> None:
+    def call(c, seed):
+        r = np.zeros(N * SIZE)
+        c.Gather(dev(make_data(np.float64, N, seed), interface), dev(r, interface), root)
+        return r
+    run("Gather", call)
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_scatter(interface: str, root: int) -> None:
+    def call(c, seed):
+        r = np.zeros(N)
+        c.Scatter(dev(make_data(np.float64, N * SIZE, seed), interface),
+                  dev(r, interface), root)
+        return r
+    run("Scatter", call)
+
+
+def test_alltoall(interface: str) -> None:
+    def call(c, seed):
+        r = np.zeros(N * SIZE)
+        c.Alltoall(dev(make_data(np.float64, N * SIZE, seed), interface), dev(r, interface))
+        return r
+    run("Alltoall", call)
+
+
+# --------------------------------------------------------- reductions
+
+@pytest.mark.parametrize("how", ["Allreduce", "Allreduce in place", "Reduce", "Scan",
+                                 "Exscan"])
+def test_reductions(interface: str, how: str) -> None:
+    """Integers: every order of the sums gives the same bits.  Exscan's
+    rank 0 keeps what its receive buffer held."""
+    root = SIZE - 1
+
+    def call(c, seed):
+        s = make_data(np.int64, N, seed)
+        r = np.full(N, -5, np.int64)
+        if how == "Allreduce":
+            c.Allreduce(dev(s, interface), dev(r, interface))
+        elif how == "Allreduce in place":
+            r[:] = s
+            c.Allreduce(MPI.IN_PLACE, dev(r, interface))
+        elif how == "Reduce":
+            c.Reduce(dev(s, interface), dev(r, interface), op=MPI.MAX, root=root)
+        elif how == "Scan":
+            c.Scan(dev(s, interface), dev(r, interface))
+        else:
+            c.Exscan(dev(s, interface), dev(r, interface))
+        return r
+    run(how, call, how.split()[0].lower())
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_reduce_scatter(interface: str, vector: bool) -> None:
+    counts = [N + 5 * q for q in range(SIZE)]
+
+    def call(c, seed):
+        if vector:
+            s = make_data(np.int64, sum(counts), seed)
+            r = np.zeros(counts[RANK], np.int64)
+            c.Reduce_scatter(dev(s, interface), dev(r, interface), counts)
+        else:
+            s = make_data(np.int64, N * SIZE, seed)
+            r = np.zeros(N, np.int64)
+            c.Reduce_scatter_block(dev(s, interface), dev(r, interface))
+        return r
+    run("Reduce_scatter" if vector else "Reduce_scatter_block", call)
