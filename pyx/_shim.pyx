@@ -1155,10 +1155,40 @@ cdef Vector stage_vector(object msg, int blocks):
     return v
 
 
+# DLPack's device types of memory that the host reads as its own: CPU,
+# CUDA's pinned host memory, ROCm's
+cdef tuple HOST_DEVICES = (1, 3, 11)
+
+
+cdef object host_form(object msg):
+    """A message in a DLPack array in host memory (a PyTorch CPU tensor,
+    say: no buffer protocol) as `parse` takes it: its buffer as mpi4py
+    reads it (MPI.buffer, which keeps the array alive) and its datatype
+    named; None for any other message."""
+    parts = unpack(msg, False, True)
+    if parts is None or PyObject_CheckBuffer(parts[0]) or \
+            hasattr(parts[0], "__cuda_array_interface__"):
+        return None
+    o_buf, o_count, o_displ, o_type = parts
+    try:
+        if o_buf.__dlpack_device__()[0] not in HOST_DEVICES:
+            return None
+        view = MPI.buffer(o_buf)
+    except Exception:
+        return None
+    if o_type is None:
+        o_type = device_type(o_buf)
+        if o_type is None:
+            return None
+    return [view, o_count, o_displ, o_type]
+
+
 cdef inline Message parse_any(object msg, bint writable, int blocks=0,
                               Py_ssize_t least=0):
     """`parse`, or else `stage` (a message of at least `least` bytes)."""
     cdef Message m = parse(msg, writable, blocks)
+    if m is None:
+        m = parse_host(msg, writable, blocks)
     return m if m is not None else stage(msg, writable, blocks, least)
 
 
@@ -1166,7 +1196,16 @@ cdef inline Message parse_reduced(object msg, bint writable, int blocks=0):
     """`parse` for a reduction's message, or else `stage` a device array
     of a predefined datatype."""
     cdef Message m = parse(msg, writable, blocks)
+    if m is None:
+        m = parse_host(msg, writable, blocks)
     return m if m is not None else stage(msg, writable, blocks, 0, True)
+
+
+cdef Message parse_host(object msg, bint writable, int blocks):
+    """`parse` of a DLPack array in host memory, read in place (see
+    `host_form`), or None."""
+    form = host_form(msg)
+    return parse(form, writable, blocks) if form is not None else None
 
 
 cdef int fill(Message m) except -1:

@@ -6,9 +6,10 @@ is the reference.
 Here the device arrays are views of host memory that offer only those
 interfaces: mpi4py hands their pointer to MPI as it would a GPU's (a
 CUDA-aware library copies device memory; these need no GPU).  The pool
-cannot read device memory: such a message is staged (MPI copies it to and
-from a host buffer on a self communicator), so that the rank decides as its
-peers do.
+cannot read device memory: a __cuda_array_interface__ message is staged
+(MPI copies it to and from a host buffer on a self communicator), so that
+the rank decides as its peers do; a DLPack array that says it lives in host
+memory (a PyTorch CPU tensor, say) is read in place.
 
 Each collective runs on a communicator of its own, so its first call is the
 one that sets the pool up -- a collective step every rank must take alike
