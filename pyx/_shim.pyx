@@ -966,15 +966,19 @@ cdef dict DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
 
 
 cdef object device_type(object obj):
-    """The MPI datatype mpi4py reads from a bare device array's element
-    type (its __cuda_array_interface__ typestr, or its DLPack dtype), or
-    None."""
+    """The MPI datatype of a bare device array's elements (its
+    __cuda_array_interface__ typestr, or its DLPack dtype), as `parse`
+    reads a NumPy array of that type, or None."""
     import numpy
 
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)
         if cai is not None:
-            return TYPE_DICT.get(numpy.dtype(cai["typestr"]).char)
+            return format_type(numpy.dtype(cai["typestr"]).char)
+        try:   # (in host memory NumPy reads it, read-only too)
+            return format_type(numpy.from_dlpack(obj).dtype.char)
+        except Exception:
+            pass
         capsule = obj.__dlpack__()
         # (a DLManagedTensor begins with its DLTensor; the capsule, never
         # consumed, hands it back to its producer when it is freed)
@@ -982,7 +986,7 @@ cdef object device_type(object obj):
         kind = DL_KINDS.get(t.code)
         if kind is None or t.lanes != 1 or t.bits % 8:
             return None
-        return TYPE_DICT.get(numpy.dtype(f"{kind}{t.bits // 8}").char)
+        return format_type(numpy.dtype(f"{kind}{t.bits // 8}").char)
     except Exception:
         return None
 
@@ -1004,11 +1008,8 @@ cdef tuple foreign(object msg, bint vector, bint writable, bint predefined):
     if writable and view.readonly:
         return None
     length = view.nbytes
+    o_type = device_type(o_buf) if o_type is None else lookup_type(o_type)
     if o_type is None:
-        o_type = device_type(o_buf)
-    elif isinstance(o_type, str):
-        o_type = format_type(o_type)
-    if not isinstance(o_type, _DATATYPE):
         return None
     if o_type.is_predefined:
         info = type_info(o_type)

@@ -197,3 +197,28 @@ def test_reduce_scatter(interface: str, vector: bool) -> None:
             c.Reduce_scatter_block(dev(s, interface), dev(r, interface))
         return r
     run("Reduce_scatter" if vector else "Reduce_scatter_block", call)
+
+
+@pytest.mark.parametrize("kind", ["read-only send", "uint8", "typecode"])
+def test_element_types_read_as_numpy_arrays_are(interface: str, kind: str) -> None:
+    """A bare device array's element type is read as the NumPy array's on
+    the other ranks: uint8 (before, MPI_UNSIGNED_CHAR against the NumPy
+    ranks' MPI_BYTE: a mismatch error), a read-only array (NumPy exports
+    one only through versioned DLPack: before, no type was read and the
+    rank went to MPI alone -- a hang), a typecode string as mpi4py reads
+    it."""
+    def call(c, seed):
+        if kind == "uint8":
+            s = make_data(np.uint8, N, seed)
+            r = np.zeros(N, np.uint8)
+            c.Allreduce(dev(s, interface), dev(r, interface), op=MPI.BXOR)
+            return r
+        s = make_data(np.float64, N, seed)
+        r = np.zeros(N)
+        if kind == "typecode":
+            c.Allreduce([dev(s, interface), "d"], [dev(r, interface), "d"])
+        else:
+            s.flags.writeable = False
+            c.Allreduce(dev(s, interface), r)
+        return r
+    run(f"Allreduce ({kind})", call, "allreduce")
