@@ -486,9 +486,8 @@ cdef inline bint device_array(object obj):
 
 
 cdef object format_type(str fmt):
-    """The MPI datatype mpi4py reads from a buffer format, or None."""
-    if fmt == "B":
-        return _BYTE
+    """The MPI datatype mpi4py reads from a buffer format, or None (uint8,
+    "B", is MPI_UNSIGNED_CHAR, every op defined on it: not MPI_BYTE)."""
     if fmt[:1] in ("<", "@", "="):
         fmt = fmt[1:]
     return TYPE_DICT.get(fmt)

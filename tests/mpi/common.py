@@ -35,12 +35,10 @@ BITWISE_OPS = [MPI.BAND, MPI.BOR, MPI.BXOR]
 
 
 def ops_for(dtype: type) -> list[MPI.Op]:
-    """The predefined ops MPI defines on `dtype` (numpy uint8 maps to
-    MPI.BYTE in mpi4py, which has only the bitwise ops)."""
+    """The predefined ops MPI defines on `dtype` (numpy uint8 is
+    MPI.UNSIGNED_CHAR in mpi4py: all of an integer's)."""
     if dtype is np.bool_:
         return LOGICAL_OPS
-    if dtype is np.uint8:
-        return BITWISE_OPS
     if dtype in INT_TYPES:
         return ARITH_OPS + ORDER_OPS + LOGICAL_OPS + BITWISE_OPS
     if dtype in FLOAT_TYPES:

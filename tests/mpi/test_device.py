@@ -202,8 +202,8 @@ def test_reduce_scatter(interface: str, vector: bool) -> None:
 @pytest.mark.parametrize("kind", ["read-only send", "uint8", "typecode"])
 def test_element_types_read_as_numpy_arrays_are(interface: str, kind: str) -> None:
     """A bare device array's element type is read as the NumPy array's on
-    the other ranks: uint8 (before, MPI_UNSIGNED_CHAR against the NumPy
-    ranks' MPI_BYTE: a mismatch error), a read-only array (NumPy exports
+    the other ranks: uint8 (before, MPI_UNSIGNED_CHAR against what the
+    NumPy ranks read then, MPI_BYTE: a mismatch error), a read-only array (NumPy exports
     one only through versioned DLPack: before, no type was read and the
     rank went to MPI alone -- a hang), a typecode string as mpi4py reads
     it."""
