@@ -213,10 +213,10 @@ def test_element_types_read_as_numpy_arrays_are(interface: str, kind: str) -> No
             r = np.zeros(N, np.uint8)
             c.Allreduce(dev(s, interface), dev(r, interface), op=MPI.BXOR)
             return r
-        s = make_data(np.float64, N, seed)
-        r = np.zeros(N)
+        s = make_data(np.int64, N, seed)   # (integers: any order sums alike)
+        r = np.zeros(N, np.int64)
         if kind == "typecode":
-            c.Allreduce([dev(s, interface), "d"], [dev(r, interface), "d"])
+            c.Allreduce([dev(s, interface), "q"], [dev(r, interface), "q"])
         else:
             s.flags.writeable = False
             c.Allreduce(dev(s, interface), r)
