@@ -934,15 +934,23 @@ cdef tuple derived(object msg, bint vector, bint writable):
         return None
     cdef Py_ssize_t length = view.len
     PyBuffer_Release(&view)
+    d = reach(o_type, length)
+    return (parts, d) if d is not None else None
+
+
+cdef tuple reach(object dtype, object length):
+    """(buffer length, size, extent, true lower bound, true extent) of
+    `dtype` in a buffer of `length` bytes, or None where MPI does not say
+    or its elements take no room."""
     try:
-        size = o_type.Get_size()
-        extent = o_type.Get_extent()[1]
-        tlb, textent = o_type.Get_true_extent()
+        size = dtype.Get_size()
+        extent = dtype.Get_extent()[1]
+        tlb, textent = dtype.Get_true_extent()
     except MPI.Exception:
         return None
     if size <= 0 or textent < 0:
         return None
-    return parts, (length, size, extent, tlb, textent)
+    return (length, size, extent, tlb, textent)
 
 
 cdef extern from *:
@@ -992,10 +1000,10 @@ cdef object device_type(object obj):
 
 cdef tuple foreign(object msg, bint vector, bint writable, bint predefined):
     """`derived` for a message in a device array: its parts, the datatype
-    read (a bare array's from its __cuda_array_interface__ typestr, as
-    mpi4py reads it), and its reach, its length as mpi4py reads the
-    buffer; None for any other message, a read-only array to write, or
-    (`predefined`) a derived datatype."""
+    read (a bare array's from its element type: `device_type`), and its
+    reach, its length as mpi4py reads the buffer; None for any other
+    message, a read-only array to write, or (`predefined`) a derived
+    datatype."""
     parts = unpack(msg, vector, True)
     if parts is None or PyObject_CheckBuffer(parts[0]):
         return None
@@ -1008,24 +1016,10 @@ cdef tuple foreign(object msg, bint vector, bint writable, bint predefined):
         return None
     length = view.nbytes
     o_type = device_type(o_buf) if o_type is None else lookup_type(o_type)
-    if o_type is None:
+    if o_type is None or (predefined and not o_type.is_predefined):
         return None
-    if o_type.is_predefined:
-        info = type_info(o_type)
-        if info is None:
-            return None
-        return (o_buf, o_count, o_displ, o_type), (length, info[1], info[1], 0, info[1])
-    if predefined:
-        return None
-    try:
-        size = o_type.Get_size()
-        extent = o_type.Get_extent()[1]
-        tlb, textent = o_type.Get_true_extent()
-    except MPI.Exception:
-        return None
-    if size <= 0 or textent < 0:
-        return None
-    return (o_buf, o_count, o_displ, o_type), (length, size, extent, tlb, textent)
+    d = reach(o_type, length)
+    return ((o_buf, o_count, o_displ, o_type), d) if d is not None else None
 
 
 cdef bint spans(tuple d, object displ, object count) except -1:
@@ -1160,11 +1154,11 @@ cdef Vector stage_vector(object msg, int blocks):
 cdef tuple HOST_DEVICES = (1, 3, 11)
 
 
-cdef object host_form(object msg):
-    """A message in a DLPack array in host memory (a PyTorch CPU tensor,
-    say: no buffer protocol) as `parse` takes it: its buffer as mpi4py
-    reads it (MPI.buffer, which keeps the array alive) and its datatype
-    named; None for any other message."""
+cdef Message parse_host(object msg, bint writable, int blocks):
+    """`parse` of a message in a DLPack array in host memory (a PyTorch CPU
+    tensor, say: no buffer protocol), read in place through mpi4py's view
+    of its buffer (MPI.buffer, which keeps the array alive) with its
+    datatype named; None for any other message."""
     parts = unpack(msg, False, True)
     if parts is None or PyObject_CheckBuffer(parts[0]) or \
             hasattr(parts[0], "__cuda_array_interface__"):
@@ -1180,32 +1174,23 @@ cdef object host_form(object msg):
         o_type = device_type(o_buf)
         if o_type is None:
             return None
-    return [view, o_count, o_displ, o_type]
+    return parse([view, o_count, o_displ, o_type], writable, blocks)
 
 
-cdef inline Message parse_any(object msg, bint writable, int blocks=0,
-                              Py_ssize_t least=0):
-    """`parse`, or else `stage` (a message of at least `least` bytes)."""
+cdef Message parse_any(object msg, bint writable, int blocks=0, Py_ssize_t least=0,
+                       bint reducing=False):
+    """`parse`, or else `parse_host`, or else `stage` (a message of at least
+    `least` bytes; `reducing`: a reduction's, where only a device array of
+    a predefined datatype is staged)."""
     cdef Message m = parse(msg, writable, blocks)
     if m is None:
         m = parse_host(msg, writable, blocks)
-    return m if m is not None else stage(msg, writable, blocks, least)
+    return m if m is not None else stage(msg, writable, blocks, least, reducing)
 
 
 cdef inline Message parse_reduced(object msg, bint writable, int blocks=0):
-    """`parse` for a reduction's message, or else `stage` a device array
-    of a predefined datatype."""
-    cdef Message m = parse(msg, writable, blocks)
-    if m is None:
-        m = parse_host(msg, writable, blocks)
-    return m if m is not None else stage(msg, writable, blocks, 0, True)
-
-
-cdef Message parse_host(object msg, bint writable, int blocks):
-    """`parse` of a DLPack array in host memory, read in place (see
-    `host_form`), or None."""
-    form = host_form(msg)
-    return parse(form, writable, blocks) if form is not None else None
+    """`parse_any` for a reduction's message."""
+    return parse_any(msg, writable, blocks, 0, True)
 
 
 cdef int fill(Message m) except -1:

@@ -146,5 +146,29 @@ def pool_calls(name: str) -> int:
     return int(cxlmpi.stats().get(name, {}).get("pool_calls", 0))
 
 
+def fresh_against_stock(what: str, call, differs, calls: int, pool_name: str) -> None:
+    """`call(comm, seed)` `calls` times on a fresh wrapped communicator --
+    its first call sets the pool up -- and on a fresh plain one;
+    `differs(got, want)` says how a result differs ("" where it does not).
+    Every rank agrees on the verdict, and on whether collective
+    `pool_name` used the pool where it should have."""
+    comm = cxlmpi.wrap(PLAIN.Dup())
+    plain = PLAIN.Dup()
+    before = pool_calls(pool_name)
+    why = ""
+    try:
+        for i in range(calls):
+            why = differs(call(comm, 100 + i), call(plain, 100 + i))
+            if why:
+                why = f"call {i}: {why}"
+                break
+    finally:
+        comm.Free()
+        plain.Free()
+    agree(not why, f"{what} {why}")
+    if pool_expected(pool_name):
+        agree(pool_calls(pool_name) > before, f"{what}: used the pool")
+
+
 def expect_flush() -> bool:
     return os.environ.get("CXLMPI_EXPECT_FLUSH") == "1"

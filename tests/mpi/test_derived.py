@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from common import CFG, PLAIN, RANK, SIZE, agree, make_data, pool_calls, pool_expected
+from common import CFG, RANK, SIZE, fresh_against_stock, make_data
 from mpi4py import MPI
-
-import cxlmpi
 
 SPACED = MPI.DOUBLE.Create_resized(0, 16).Commit()   # one double in 16 bytes
 DERIVED = RANK in {SIZE - 1, SIZE // 2}
@@ -70,26 +68,15 @@ def vector(data: np.ndarray, counts: list[int], derived: bool) -> tuple[list, Bu
 
 
 def run(name: str, call, pool_name: str | None = None) -> None:
-    """`call(comm, seed)` -> (values, gaps kept) on a fresh wrapped
-    communicator and on the plain one, CALLS times; every result equal."""
-    comm = cxlmpi.wrap(PLAIN.Dup())
-    plain = PLAIN.Dup()
-    before = pool_calls(pool_name or name.lower())
-    ok, why = True, ""
-    try:
-        for i in range(CALLS):
-            got, kept = call(comm, 100 + i)
-            want, _ = call(plain, 100 + i)
-            if not (kept and got.shape == want.shape and np.allclose(got, want, 1e-12)):
-                ok, why = False, f"call {i}: gaps kept {kept}"
-                break
-    finally:
-        comm.Free()
-        plain.Free()
-    agree(ok, f"{name} with a derived datatype on ranks {sorted({SIZE - 1, SIZE // 2})}"
-              f" {why}")
-    if pool_expected(pool_name or name.lower()):
-        agree(pool_calls(pool_name or name.lower()) > before, f"{name} used the pool")
+    """`call(comm, seed)` -> (values, gaps kept) on fresh communicators,
+    against the plain one (see fresh_against_stock)."""
+    def differs(got, want):
+        (values, kept), (expected, _) = got, want
+        ok = kept and values.shape == expected.shape and np.allclose(values, expected, 1e-12)
+        return "" if ok else f"gaps kept {kept}"
+    fresh_against_stock(f"{name} with a derived datatype on ranks "
+                        f"{sorted({SIZE - 1, SIZE // 2})}", call, differs, CALLS,
+                        pool_name or name.lower())
 
 
 @pytest.mark.parametrize("root", ROOTS)

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from common import CFG, PLAIN, RANK, SIZE, agree, make_data, pool_calls, pool_expected
+from common import CFG, RANK, SIZE, fresh_against_stock, make_data
 from mpi4py import MPI
-
-import cxlmpi
 
 DEVICE = RANK in {SIZE - 1, SIZE // 2}
 CALLS = 4
@@ -71,25 +69,12 @@ def dev(arr: np.ndarray, interface: str) -> object:
 
 
 def run(name: str, call, pool_name: str | None = None) -> None:
-    """`call(comm, seed)` -> result on a fresh wrapped communicator and on
-    the plain one, CALLS times; every result equal."""
-    comm = cxlmpi.wrap(PLAIN.Dup())
-    plain = PLAIN.Dup()
-    before = pool_calls(pool_name or name.lower())
-    ok, why = True, ""
-    try:
-        for i in range(CALLS):
-            got = call(comm, 100 + i)
-            want = call(plain, 100 + i)
-            if not (got.shape == want.shape and np.array_equal(got, want)):
-                ok, why = False, f"call {i}"
-                break
-    finally:
-        comm.Free()
-        plain.Free()
-    agree(ok, f"{name} with device arrays on ranks {sorted({SIZE - 1, SIZE // 2})} {why}")
-    if pool_expected(pool_name or name.lower()):
-        agree(pool_calls(pool_name or name.lower()) > before, f"{name} used the pool")
+    """`call(comm, seed)` -> result on fresh communicators, against the
+    plain one (see fresh_against_stock): equal bits."""
+    def differs(got, want):
+        return "" if got.shape == want.shape and np.array_equal(got, want) else "differs"
+    fresh_against_stock(f"{name} with device arrays on ranks {sorted({SIZE - 1, SIZE // 2})}",
+                        call, differs, CALLS, pool_name or name.lower())
 
 
 @pytest.fixture(params=INTERFACES)
