@@ -184,8 +184,10 @@ def remember(state: _State) -> None:
     select.save_cache(select.cache_path(), state.machine, selector.decisions())
 
 
-def _describe(call: tuple) -> str:
-    what, root, op, tcode, nbytes = call
+def _describe(call: tuple, variants: bool) -> str:
+    """A signature of Pool.signatures in words (`variants`: with its pool
+    variant, where the ranks' differ)."""
+    what, root, op, tcode, nbytes, variant = call
     words = [what]
     if what not in ("Barrier",) and not what.endswith(" header"):
         words.append(f"of {nbytes} bytes")
@@ -195,6 +197,8 @@ def _describe(call: tuple) -> str:
         words.append(f"op {_OP_NAMES.get(op, op)}")
     if tcode >= 0:
         words.append(f"type {_TYPE_NAMES.get(tcode, tcode)}")
+    if variants:
+        words.append(f"path {select.code_name(1 + variant)}")
     return " ".join(w for w in words if w)
 
 
@@ -221,8 +225,9 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
     seen: dict[tuple, list[int]] = {}
     for q, call in enumerate(calls):
         seen.setdefault(call, []).append(members[q] if members is not None else q)
-    parts = [f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {_describe(c)}"
-             for c, qs in seen.items()]
+    variants = len({c[-1] for c in calls}) > 1
+    parts = [f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: "
+             f"{_describe(c, variants)}" for c, qs in seen.items()]
     return CXLMPIMismatchError(
         head + "; ".join(parts) + " (sizes, roots, ops and types must agree on every rank, "
         "as MPI requires)")

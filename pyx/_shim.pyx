@@ -427,6 +427,10 @@ cdef class Message:
     # A staged message (see `stage`): (temporary buffer, its datatype,
     # [(the user's message, byte offset, elements), ...]); None otherwise.
     cdef object staged
+    # The user's whole buffer, [lo, hi) (a staged message's, not the
+    # temporary's): two messages of one call must not share memory
+    # (`aliased`).
+    cdef uintptr_t lo, hi
 
     def __dealloc__(self):
         if self.held:
@@ -543,6 +547,8 @@ cdef Message get_buffer(object o_buf, object o_type, bint writable):
     except Exception:
         return None
     m.held = True
+    m.lo = <uintptr_t>m.view.buf
+    m.hi = m.lo + <size_t>m.view.len
     cdef object dtype
     cdef fmt_entry *e
     if o_type is None:
@@ -592,6 +598,8 @@ cdef Message parse_typed(object o_buf, object dtype, tuple info, bint writable, 
     except Exception:
         return None
     m.held = True
+    m.lo = <uintptr_t>m.view.buf
+    m.hi = m.lo + <size_t>m.view.len
     m.datatype = dtype
     m.tcode, m.itemsize, m.handle = info
     cdef Py_ssize_t n = m.view.len // m.itemsize, nblocks = blocks if blocks > 1 else 1
@@ -919,8 +927,9 @@ cdef object one_type(object dtype):
 
 cdef tuple derived(object msg, bint vector, bint writable):
     """(its parts as `unpack` reads them, (buffer length, size, extent,
-    true lower bound, true extent)) of a message of a derived datatype whose
-    buffer it may read (`writable`: and write), or None."""
+    true lower bound, true extent, buffer address)) of a message of a
+    derived datatype whose buffer it may read (`writable`: and write), or
+    None."""
     parts = unpack(msg, vector)
     if parts is None:
         return None
@@ -933,9 +942,10 @@ cdef tuple derived(object msg, bint vector, bint writable):
     except Exception:
         return None
     cdef Py_ssize_t length = view.len
+    cdef uintptr_t address = <uintptr_t>view.buf
     PyBuffer_Release(&view)
     d = reach(o_type, length)
-    return (parts, d) if d is not None else None
+    return (parts, d + (address,)) if d is not None else None
 
 
 cdef tuple reach(object dtype, object length):
@@ -1019,7 +1029,8 @@ cdef tuple foreign(object msg, bint vector, bint writable, bint predefined):
     if o_type is None or (predefined and not o_type.is_predefined):
         return None
     d = reach(o_type, length)
-    return ((o_buf, o_count, o_displ, o_type), d) if d is not None else None
+    return ((o_buf, o_count, o_displ, o_type), d + (view.address,)) if d is not None \
+        else None
 
 
 cdef bint spans(tuple d, object displ, object count) except -1:
@@ -1057,6 +1068,7 @@ cdef Message staging(tuple d, Py_ssize_t total, list parts):
     m.handle = <Py_ssize_t><uintptr_t>m.datatype.handle   # (never handed to MPI)
     m.tcode, m.itemsize = info[0], info[1]
     m.address = <uintptr_t>m.view.buf
+    m.lo, m.hi = d[5], d[5] + d[0]
     m.count = total * k
     m.nbytes = total * d[1]
     m.staged = (tmp, base, [(msg, off * k * tsize, n * k) for msg, off, n in parts])
@@ -1231,10 +1243,13 @@ cdef inline bint small(object obj, Py_ssize_t limit):
     return type(obj) is _ndarray and obj.nbytes < limit
 
 
-cdef inline bint overlap(Message a, Message b):
-    return (a.address < b.address + b.nbytes and
-            b.address < a.address + a.nbytes and
-            a.count > 0 and b.count > 0)
+cdef inline bint aliased(Message a, Message b):
+    """Whether the buffers of a call's send and receive messages share
+    memory, which MPI forbids (IN_PLACE says it): such a call goes to MPI,
+    to be refused or not as stock MPI decides (MPICH refuses it, Open MPI
+    runs some), never through the pool, which reads one while it writes the
+    other."""
+    return a.lo < b.hi and b.lo < a.hi
 
 
 # ----------------------------------------------------------------- state

@@ -788,19 +788,22 @@ cdef class Pool:
 
     def signatures(self):
         """Every rank's signature of its last call's first step, decoded:
-        [(what, root, op, tcode, nbytes)] (root/op/tcode -1 when none)."""
+        [(what, root, op, tcode, nbytes, variant)] (root/op/tcode -1 when
+        none; `variant` the V_* flags that `_expect` keeps apart from the
+        bytes)."""
         self._check()
         out = []
         cdef cxl_ctrl *line
-        cdef uint64_t a
+        cdef uint64_t a, b
         for q in range(self.st.size):
             line = ctrl(&self.st, q)
             if self.st.sw:
                 cxl_flush(line.sig, LINE_NBYTES, 1)
             a = line.sig[0][self.st.step & 1]
+            b = line.sig[1][self.st.step & 1]
             out.append((KIND_NAMES.get(a >> 48, f"call {a >> 48:#x}"),
                         <int>(a & 0xFFFF) - 1, <int>((a >> 24) & 0xFF) - 1,
-                        <int>((a >> 16) & 0xFF) - 1, line.sig[1][self.st.step & 1]))
+                        <int>((a >> 16) & 0xFF) - 1, b & ((<uint64_t>1 << 56) - 1), b >> 56))
         return out
 
     def barrier(self, int flags=0):

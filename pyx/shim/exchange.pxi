@@ -25,7 +25,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
                 block = send.nbytes
                 if recvbuf is not _IN_PLACE:
                     recv = parse_any(recvbuf, True, 0, lo[SCATTER] // size)
-                    if recv is None or recv.nbytes != block:
+                    if recv is None or recv.nbytes != block or aliased(send, recv):
                         block = -1
         else:
             recv = parse_any(recvbuf, True, 0, lo[SCATTER] // size)
@@ -127,7 +127,7 @@ def Alltoall(self, sendbuf, recvbuf):
         block = recv.nbytes
         if sendbuf is not _IN_PLACE:
             send = parse_any(sendbuf, False, size, lo[ALLTOALL])
-            if send is None or send.nbytes != block:
+            if send is None or send.nbytes != block or aliased(send, recv):
                 block = -1
         if block >= 0 and not within(ALLTOALL, block * size):
             block = -1
@@ -182,7 +182,7 @@ def Alltoallv(self, sendbuf, recvbuf):
             svec = read_vector(sendbuf, False, size)
         except ValueError as exc:  # outside its buffer: every rank raises
             refused = exc
-        if rvec is not None and svec is not None:
+        if rvec is not None and svec is not None and not aliased(svec.m, rvec.m):
             send, recv = svec.m, rvec.m
             si, ri = send.itemsize, recv.itemsize
             local = 1 + max(svec.largest * si, rvec.largest * ri)
@@ -231,7 +231,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
             pr = recv = parse_reduced(recvbuf, True)
             send = parse_reduced(sendbuf, False, size) if recv is not None else None
             if send is None or send.count != recv.count or \
-                    send.handle != recv.handle:
+                    send.handle != recv.handle or aliased(send, recv):
                 recv = None
         if recv is None or \
                 not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
@@ -296,7 +296,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         elif recv is not None:
             send = parse_reduced(sendbuf, False)
             if send is None or send.count != total or recv.count != counts.counts[rank] \
-                    or send.handle != recv.handle:
+                    or send.handle != recv.handle or aliased(send, recv):
                 recv = send = None
         fits = recv is not None and within(REDUCE_SCATTER, total * recv.itemsize) and \
             recv.tcode >= 0 and reducer_defined(opc, recv.tcode)

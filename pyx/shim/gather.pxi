@@ -20,7 +20,7 @@ def Allgather(self, sendbuf, recvbuf):
     pr = recv = parse_any(recvbuf, True, size, lo[ALLGATHER])
     if recv is not None and sendbuf is not _IN_PLACE:
         send = parse_any(sendbuf, False, 0, lo[ALLGATHER] // size)
-        if send is None or send.nbytes != recv.nbytes:
+        if send is None or send.nbytes != recv.nbytes or aliased(send, recv):
             recv = None
     if recv is not None and not within(ALLGATHER, recv.nbytes * size):
         recv = None
@@ -73,7 +73,7 @@ def Allgatherv(self, sendbuf, recvbuf):
                 send = parse_any(sendbuf, False)
             fits = within(ALLGATHERV, recv.nbytes) and (
                 send is not None and send.nbytes == vec.counts[rank] * recv.itemsize
-                or sendbuf is _IN_PLACE)
+                and not aliased(send, recv) or sendbuf is _IN_PLACE)
     state = state_of(self, ALLGATHERV) if fits else None
     if state is not None:
         code = take(self, state, ALLGATHERV, recv.nbytes, -1)
@@ -124,7 +124,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
                 block = recv.nbytes
                 if sendbuf is not _IN_PLACE:
                     send = parse_any(sendbuf, False, 0, lo[GATHER] // size)
-                    if send is None or send.nbytes != block:
+                    if send is None or send.nbytes != block or aliased(send, recv):
                         block = -1
         else:
             send = parse_any(sendbuf, False, 0, lo[GATHER] // size)

@@ -132,7 +132,8 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
         except ValueError as exc:
             mine, refused = None, exc
         ok = mine is not None and (rank != root or
-                                   mine.nbytes == vec.counts[rank] * vec.m.itemsize)
+                                   mine.nbytes == vec.counts[rank] * vec.m.itemsize
+                                   and not aliased(mine, vec.m))
     cdef uint64_t pairs = 0
     cdef Py_ssize_t item, i
     if ok:
@@ -220,7 +221,7 @@ cdef inline object plan_reduce(object comm, int which, object sendbuf, object re
             send = parse_reduced(sendbuf, False)
             if (send is None or send.count != recv.count
                     or send.handle != recv.handle
-                    or overlap(send, recv)):
+                    or aliased(send, recv)):
                 return None
     else:
         send = parse_reduced(sendbuf, False)

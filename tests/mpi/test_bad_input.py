@@ -4,10 +4,14 @@ rank is left in a collective."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from common import PLAIN, RANK, SIZE, agree, counts_for, make_data
 from mpi4py import MPI
+
+import cxlmpi
 
 
 def _raises(fn) -> type | None:
@@ -166,15 +170,71 @@ def test_non_contiguous_view(comm, n):
     agree(untouched() and not out.any(), "nothing written")
 
 
+def _aliased(n: int) -> dict:
+    """Calls whose send and receive buffers share memory on every rank
+    (`b`: SIZE x n doubles), each named as MPICH names it ("buffers must not
+    be aliased"); the derived one stages both messages (separate copies:
+    only the user's buffers show the aliasing).  Not Alltoallv: MPICH
+    runs it aliased, with results that differ from run to run, or at one
+    rank fails an assertion and aborts."""
+    own = slice(RANK * n, (RANK + 1) * n)
+    blocks = [n] * SIZE
+    wide = MPI.DOUBLE.Create_resized(0, 16).Commit()
+    return {
+        "Allreduce": lambda c, b: c.Allreduce(b[:n], b[:n]),
+        "Scan": lambda c, b: c.Scan(b[:n], b[:n]),
+        "Exscan": lambda c, b: c.Exscan(b[:n], b[:n]),
+        "Allgather": lambda c, b: c.Allgather(b[own], b),
+        "Allgatherv": lambda c, b: c.Allgatherv(b[own], [b, blocks]),
+        "Alltoall": lambda c, b: c.Alltoall(b, b),
+        "Reduce_scatter_block": lambda c, b: c.Reduce_scatter_block(b, b[:n]),
+        "Reduce_scatter": lambda c, b: c.Reduce_scatter(b, b[:n], blocks),
+        "Alltoall, a derived datatype": lambda c, b: c.Alltoall([b, wide], [b, wide]),
+    }, wide
+
+
 def test_aliased_send_and_receive(comm, n):
-    """The same buffer as send and receive without IN_PLACE: refused as by
-    stock (MPICH: "buffers must not be aliased"), nothing written."""
-    buf = make_data(np.float64, n, 42)
-    keep = buf.copy()
-    got = _raises(lambda: comm.Allreduce(buf, buf))
-    same_data = bool(np.array_equal(buf, keep))
-    want = _raises(lambda: PLAIN.Allreduce(buf, buf))
-    agree(got == want and same_data, f"aliased buffers: cxlmpi {got}, stock {want}")
+    """The same memory as send and receive buffer without IN_PLACE: the
+    call goes to MPI, which refuses it (MPICH: "buffers must not be
+    aliased") or runs it (Open MPI, for most), so that cxlmpi raises what
+    stock raises and, where it raises, leaves the buffer as stock does.  The pool once
+    ran them all, reading a buffer while it wrote it."""
+    calls, wide = _aliased(n)
+    bad = []
+    for what, call in calls.items():
+        results = []
+        for c in (comm, PLAIN):
+            buf = make_data(np.float64, n * SIZE, 42)
+            results.append((_raises(functools.partial(call, c, buf)), buf))
+        (got, mine), (want, stock) = results
+        # (where stock runs it, MPI leaves the result undefined)
+        if got != want or (want is not None and not np.array_equal(mine, stock)):
+            bad.append(f"{what}: cxlmpi {got}, stock {want}")
+    wide.Free()
+    agree(not bad, "; ".join(bad))
+
+
+def test_mismatch_names_each_ranks_bytes(comm):
+    """The signatures a mismatch error quotes give each rank's bytes
+    whatever pool variant the call ran (the variant rides in the top byte
+    of the size word: a 4 MiB Allreduce once read "576460752307617792
+    bytes")."""
+    from cxlmpi._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
+
+    pool = cxlmpi.state.pool_state(comm)
+    if not isinstance(pool, Pool) or SIZE < 2:
+        pytest.skip("needs one pool of several ranks")
+    n = 64 if RANK == 0 else 32
+    send, recv = make_data(np.float64, n, 44), np.empty(n)
+    flat = 8   # V_FLAT
+    try:
+        pool.reduce(send.ctypes.data, recv.ctypes.data, n, 8, OP_CODES["SUM"],
+                    TYPE_CODES["f64"], -1, flat)
+        got = None
+    except PoolFailure:
+        got = [(c[0], c[4], c[5]) for c in pool.signatures()]
+    want = [("Allreduce", 8 * (64 if q == 0 else 32), flat) for q in range(SIZE)]
+    agree(got == want, f"signatures {got}, want {want}")
 
 
 def test_reduce_scatter_counts_not_a_sequence(comm, n):
