@@ -504,8 +504,28 @@ class Learner:
         return learner
 
 
-# Routes' codes for "no decision: ask the Selector" (cxlmpi._shim.Routes).
+# Routes' codes for "no decision: ask the Selector" (cxlmpi._shim.Routes),
+# and for a class no call has met yet: its first call opens a timed run on
+# MPI by itself, `first_run` calls long, without a header step -- whose cost
+# (20-70 us in place: the step and this module's bookkeeping) is many of a
+# cheap class's calls, and is paid again by the next header step, which
+# carries the run's time to every rank.
 SLOW = -1
+NEW = -2
+
+
+def run_length(sc: int) -> int:
+    """Calls of a timed run of size class `sc`: RUN_BYTES' worth (see
+    Selector._run)."""
+    return max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(sc), 1)))
+
+
+def first_run(sc: int) -> int:
+    """Calls of the run that a class of size class `sc` opens on MPI by
+    itself (Learner.try_len of its first call), 0 where its first call asks
+    in a header step (large classes: the pool first, see Learner.next_try)."""
+    run = run_length(sc)
+    return 1 + min(2, run) if run > 1 else 0
 
 
 class Selector:
@@ -533,9 +553,10 @@ class Selector:
             learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
             if learner is not None:
                 learner.overhead = overhead_s
-                learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(sc), 1)))
+                learner.run_len = run_length(sc)
                 self.learners[(which, sc, pl)] = learner
                 self._publish((which, sc, pl), learner, 0)
+        routes.first_runs([first_run(sc) for sc in range(NCLASSES)])
 
     def _candidates(self, which: int, sc: int, pl: int) -> list[int]:
         return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
@@ -545,7 +566,7 @@ class Selector:
         learner = self.learners.get(key)
         if learner is None:
             learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
-            learner.run_len = max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(key[1]), 1)))
+            learner.run_len = run_length(key[1])
         learner.overhead = self.overhead_s
         return learner
 
@@ -578,8 +599,11 @@ class Selector:
             return
         _, key, code, _ = self.pending
         self.pending = None
-        learner = self.learner(key)
         ops = self.routes.ops()
+        new = key not in self.learners
+        learner = self.learner(key, ops)
+        if new:   # the run its first call opened (NEW): as Learner.next_try opens it
+            learner.run_calls = learner.try_len(code)
         if nanoseconds > 0:
             learner.learn(code, nanoseconds * 1e-9)
         else:                 # no rank timed a call of the run

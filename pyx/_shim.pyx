@@ -1385,6 +1385,9 @@ DEF NCLASS = 64
 # no pass mark, which would count the call twice).
 DEF FOLLOW = -1
 DEF SLOW = -1
+# A class no call has met yet (cxlmpi.select.NEW): its first call opens a
+# timed run on MPI without a header step, its `due` the run's length.
+DEF NEW = -2
 
 
 # The mpi4py method of each collective, as errors name it ("Allreduce").
@@ -1424,6 +1427,7 @@ cdef class Routes:
     # largest, what a learning call costs beyond its path)
     cdef uint64_t spent_ns
     cdef bint run_span
+    cdef bint run_new     # opened by a class's first call, no header step (NEW)
     cdef double run_seconds, run_last
     cdef uint64_t run_last_ops
     cdef long run_calls
@@ -1444,12 +1448,26 @@ cdef class Routes:
         self.choice[which][sc][pl] = code
         self.due[which][sc][pl] = due
 
+    def first_runs(self, calls):
+        """Every class of size class sc whose entry is still untouched
+        opens with a run of calls[sc] calls on MPI, without a header step
+        (0: with one; see `take`)."""
+        cdef int which, sc, pl
+        for sc in range(NCLASS):
+            if calls[sc] > 0:
+                for which in range(NCOLL):
+                    for pl in range(2):
+                        if self.choice[which][sc][pl] == SLOW and not self.due[which][sc][pl]:
+                            self.choice[which][sc][pl] = NEW
+                            self.due[which][sc][pl] = calls[sc]
+
     def start_run(self, int which, int sc, int pl, int code, uint64_t due):
         """Time the calls of class (which, sc, pl), on path `code`, until the
         call counter reaches `due` (or the next header step): a run."""
         self.set(which, sc, pl, code, due)
         self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
         self.run_span = due > self.ops_ptr[0] + 1
+        self.run_new = False
         self.run_seconds = self.run_last = 0.0
         self.run_calls = 0
 
@@ -1548,6 +1566,18 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     cdef int sc = size_class(nbytes)
     cdef int pl = r.where[which][sc]
     cdef int code = r.choice[which][sc][pl]
+    if code == NEW and (r.run_which < 0 or r.run_new):
+        # The class's first call: MPI, the reference, opens its first run,
+        # as the selector would open it, without the header step's cost
+        # (every rank meets the class at the same call).  The run's time
+        # goes out with the next header step.  It takes the place of a run
+        # another class's first call opened (that class has no learner
+        # yet: its next call after the run asks in a header step, which
+        # opens its run again), not of a run the selector waits for.
+        r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl])
+        r.run_new = True
+        learning = True
+        return 0
     cdef bint resident = (a != 0 and nbytes >= r.zc_min and in_arenas(r, a, an)
                           and (b == 0 or in_arenas(r, b, bn)))
     if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl] and (code or pl or not resident):

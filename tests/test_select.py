@@ -13,7 +13,7 @@ from harness import SMALL_POOL_ENV, run_mpi
 from test_reliability import tagged_json
 
 from cxlmpi import config, select
-from cxlmpi.select import MPI_PATH, SLOW, Learner, Selector, code_of, size_class
+from cxlmpi.select import MPI_PATH, NEW, SLOW, Learner, Selector, code_of, size_class
 
 BCAST = config.COLLECTIVES.index("bcast")
 ALLREDUCE = config.COLLECTIVES.index("allreduce")
@@ -43,9 +43,13 @@ class Routes:
         self.run: list | None = None   # [which, sc, pl, code, seconds, calls]
         self.span = False      # the run is timed end to end (cxlmpi._shim.Routes)
         self.last: int | None = None   # the call counter at its last call
+        self.first = [0] * select.NCLASSES   # the first runs' lengths (NEW), by class
 
     def set(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
         self.table[(which, sc, pl)] = (code, due)
+
+    def first_runs(self, calls: list[int]) -> None:
+        self.first = calls
 
     def start_run(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
         self.set(which, sc, pl, code, due)
@@ -83,7 +87,14 @@ class Routes:
     def fast(self, which: int, nbytes: int) -> int | None:
         """The hot path's choice, None when it must ask the selector."""
         sc = size_class(nbytes)
-        code, due = self.table.get((which, sc, self.placement(which, sc)), (SLOW, 0))
+        pl = self.placement(which, sc)
+        key = (which, sc, pl)
+        if key not in self.table and self.first[sc]:
+            self.table[key] = (NEW, self.first[sc])
+        code, due = self.table.get(key, (SLOW, 0))
+        if code == NEW and self.run is None:   # (the class's first call)
+            self.start_run(which, sc, pl, MPI_PATH, self.counter + due)
+            return MPI_PATH
         return code if code >= 0 and self.counter < due else None
 
 
@@ -300,18 +311,18 @@ def test_cheap_classes_wait_on_mpi_for_their_budget(table) -> None:
     """A learning call's header step and bookkeeping measured 20-50 us in
     place (a constant 6 us had been assumed), against 4 KiB calls of a few
     microseconds.  The ranks carry what each header call cost them and all
-    follow the same figure; with it, a cheap class opens on MPI in one
-    learning call and waits there for its budget: its first 100 calls
-    cost stock MPI's time and two header steps (the opening one, and the
-    one that hands the run's time to every rank; before: it went on
-    exploring, 1.4-1.8x of stock), and over 20000 calls it still finds the
-    best path, within 15 % of it (and faster than stock where the pool is
-    the faster path)."""
+    follow the same figure; with it, a cheap class opens on MPI and waits
+    there for its budget: its first 100 calls cost stock MPI's time and one
+    header step, the one that hands the opening run's time to every rank
+    (before: it went on exploring, 1.4-1.8x of stock; then the class's
+    first call opened the run in a header step of its own, a second), and
+    over 20000 calls it still finds the best path, within 15 % of it (and
+    faster than stock where the pool is the faster path)."""
     job = Job(2, cold=COLD, touch=TOUCH, header=30e-6)
     paths = [job.call(BCAST, 4 << 10, fixed(table), call) for call in range(100)]
     assert set(paths) == {MPI_PATH}, paths
     stock = alone(table["mpi"], 100, 4 << 10)
-    assert job.time <= stock + 2 * 30e-6 + 1e-9, (job.time, stock)
+    assert job.time <= stock + 30e-6 + 1e-9, (job.time, stock)
     assert {s.overhead_s for s in job.selectors} == {30e-6}
     for call in range(100, 20000):
         job.call(BCAST, 4 << 10, fixed(table), call)
