@@ -574,9 +574,11 @@ class Selector:
 
     def report(self) -> tuple[int, int]:
         """(id, this rank's nanoseconds per call) of the report the next
-        header step carries: the run in flight ends here (every rank ends
-        it at the same header step); (0, 0) when there is none."""
-        run = self.routes.finish_run()
+        header step carries: the run in flight, which ends when that step
+        completes on every rank (`delivered`; a step that ends with some
+        rank gone to MPI leaves it going, as on that rank); (0, 0) when
+        there is none."""
+        run = self.routes.peek_run()
         if run is not None:
             which, sc, pl, code, seconds, calls = run
             # (no call timed -- all followed a peer to MPI: 0, "nothing")
@@ -591,6 +593,7 @@ class Selector:
         time of the report in flight, and the largest time any rank spent
         in its previous header call beyond the call's path (`spent_ns`; 0:
         none measured), which `overhead_s` follows."""
+        self.routes.finish_run()
         self.headers += 1
         if spent_ns > 0:
             recent = self.spent = (self.spent + [spent_ns * 1e-9])[-OVERHEAD_FIGURES:]

@@ -1471,15 +1471,21 @@ cdef class Routes:
         self.run_seconds = self.run_last = 0.0
         self.run_calls = 0
 
-    def finish_run(self):
-        """End the run in flight: (which, sc, pl, code, this rank's seconds,
-        calls timed), or None when there is none."""
+    def peek_run(self):
+        """The run in flight: (which, sc, pl, code, this rank's seconds,
+        calls timed), or None when there is none.  It goes on until
+        `finish_run`: a header step that ends with some rank gone to MPI
+        reports nothing, and the ranks that took it must keep the run as
+        the others do, or they would part at the next class's first call
+        (see `take`)."""
         if self.run_which < 0:
             return None
-        out = (self.run_which, self.run_sc, self.run_pl, self.run_code, self.run_seconds,
-               self.run_calls)
+        return (self.run_which, self.run_sc, self.run_pl, self.run_code, self.run_seconds,
+                self.run_calls)
+
+    def finish_run(self):
+        """End the run in flight (after a header step every rank completed)."""
         self.run_which = -1
-        return out
 
     def placement(self, int which, int sc):
         return self.where[which][sc]

@@ -44,6 +44,7 @@ class Routes:
         self.span = False      # the run is timed end to end (cxlmpi._shim.Routes)
         self.last: int | None = None   # the call counter at its last call
         self.first = [0] * select.NCLASSES   # the first runs' lengths (NEW), by class
+        self.new = False
 
     def set(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
         self.table[(which, sc, pl)] = (code, due)
@@ -59,10 +60,13 @@ class Routes:
         # communicator came between
         self.span = due > self.counter + 1
         self.last = None
+        self.new = False   # opened by a class's first call (NEW)
 
-    def finish_run(self):
-        run, self.run = self.run, None
-        return None if run is None else tuple(run)
+    def peek_run(self):
+        return None if self.run is None else tuple(self.run)
+
+    def finish_run(self) -> None:
+        self.run = None
 
     def timed(self, which: int, nbytes: int, seconds: float) -> bool:
         """A call of the run in flight (took(): its time counts)."""
@@ -92,8 +96,9 @@ class Routes:
         if key not in self.table and self.first[sc]:
             self.table[key] = (NEW, self.first[sc])
         code, due = self.table.get(key, (SLOW, 0))
-        if code == NEW and self.run is None:   # (the class's first call)
+        if code == NEW and (self.run is None or self.new):   # (the class's first call)
             self.start_run(which, sc, pl, MPI_PATH, self.counter + due)
+            self.new = True
             return MPI_PATH
         return code if code >= 0 and self.counter < due else None
 
@@ -406,6 +411,28 @@ def test_a_call_that_went_to_mpi_before_its_header_teaches_nothing() -> None:
         r.counter += 1
     assert job.decisions() == before and [s.report() for s in job.selectors] == reports
     job.call(ALLREDUCE, 1 << 20, cost)
+
+
+def test_a_header_step_some_ranks_left_keeps_their_run() -> None:
+    """A header step that ends with a rank gone to MPI (a v-collective
+    whose blocks are all small on that rank) reports nothing: the ranks
+    that took it keep the run in flight, as the rank that passed does, so
+    that a class's first call next opens its run on every rank or on none
+    (before: their run had ended in the failed step, the NEW class opened
+    a run on them alone, and every later header step carried different
+    reports: CXLMPIMismatchError on calls that all matched)."""
+    job = realistic()
+    cost = fixed({"mpi": 1e-3, "pool": 0.5e-3})
+    job.call(ALLREDUCE, 8 << 20, cost)   # a header step opens a run (the pool's)
+    assert all(r.run is not None for r in job.routes)
+    job.selectors[0].report()            # rank 0's header step: a peer passed
+    for r in job.routes:                 # (the pass marks: every counter moves)
+        r.counter += 1
+    for call in range(200):              # Job.call asserts that the ranks agree
+        job.call(BCAST, 4 << 10, cost, call)
+        job.call(ALLREDUCE, 8 << 20, cost, call)
+    first, *others = job.decisions()
+    assert all(d == first for d in others)
 
 
 def test_cache_round_trip(tmp_path) -> None:
