@@ -427,9 +427,9 @@ cdef class Message:
     # A staged message (see `stage`): (temporary buffer, its datatype,
     # [(the user's message, byte offset, elements), ...]); None otherwise.
     cdef object staged
-    # The user's whole buffer, [lo, hi) (a staged message's, not the
-    # temporary's): two messages of one call must not share memory
-    # (`aliased`).
+    # The user's memory the message reaches, [lo, hi) (a staged message's,
+    # not the temporary's; a vector's from its first block to its last):
+    # a call's two messages must not share any (`aliased`).
     cdef uintptr_t lo, hi
 
     def __dealloc__(self):
@@ -661,6 +661,8 @@ cpdef Message parse(object msg, bint writable, int blocks=0):
     m.address += offset
     m.count = count
     m.nbytes = count * m.itemsize
+    m.lo = m.address
+    m.hi = m.lo + <size_t>(count * nblocks * m.itemsize)
     return m
 
 
@@ -764,6 +766,7 @@ cdef Vector read_vector(object msg, bint writable, int blocks):
         return None
     # Compared in elements, never summed beyond `length`: nothing wraps around.
     cdef bint ordered = True
+    cdef Py_ssize_t first = length, end = 0   # the blocks' reach
     total = acc = 0
     v.largest = 0
     v.ints = True
@@ -792,6 +795,8 @@ cdef Vector read_vector(object msg, bint writable, int blocks):
             ordered = False
         if c:
             acc = d + c
+            first = min(first, d)
+            end = max(end, d + c)
     if writable and not ordered:
         spans = []   # (a loop, not a generator: no closure scope on every call)
         for i in range(blocks):
@@ -806,6 +811,8 @@ cdef Vector read_vector(object msg, bint writable, int blocks):
                     f"message: receive blocks overlap at element {spans[i][0]}")
     m.count = total   # (blocks of a send buffer may overlap: up to blocks x length)
     m.nbytes = total * m.itemsize
+    m.lo = m.address + <size_t>(min(first, end) * m.itemsize)
+    m.hi = m.address + <size_t>(end * m.itemsize)
     return v
 
 
@@ -1045,6 +1052,23 @@ cdef bint spans(tuple d, object displ, object count) except -1:
     return min(first, last) >= 0 and max(first, last) + textent <= length
 
 
+cdef tuple reach_of(tuple d, list parts):
+    """[lo, hi): the user's memory that `parts` (see `staging`) reach in
+    the buffer of `d` (address d[5])."""
+    extent, tlb, textent = d[2], d[3], d[4]
+    lo, hi = None, None
+    for msg, _, _ in parts:
+        count, displ = msg[1], msg[2]
+        if count > 0:
+            a = displ * extent + tlb
+            b = (displ + count - 1) * extent + tlb
+            lo = min(a, b) if lo is None else min(lo, a, b)
+            hi = max(a, b) + textent if hi is None else max(hi, a + textent, b + textent)
+    if lo is None:
+        return d[5], d[5]
+    return d[5] + lo, d[5] + hi
+
+
 cdef Message staging(tuple d, Py_ssize_t total, list parts):
     """The staged Message of `total` elements of `d`'s datatype, moved as
     `parts` [(user message, element offset, elements)] say; None when
@@ -1068,7 +1092,7 @@ cdef Message staging(tuple d, Py_ssize_t total, list parts):
     m.handle = <Py_ssize_t><uintptr_t>m.datatype.handle   # (never handed to MPI)
     m.tcode, m.itemsize = info[0], info[1]
     m.address = <uintptr_t>m.view.buf
-    m.lo, m.hi = d[5], d[5] + d[0]
+    m.lo, m.hi = reach_of(d, parts)
     m.count = total * k
     m.nbytes = total * d[1]
     m.staged = (tmp, base, [(msg, off * k * tsize, n * k) for msg, off, n in parts])
