@@ -84,12 +84,23 @@ MAX_RUN = 16             # ... but at most this many calls
 # header step carries the figure and all learn the largest; the overhead
 # is the median of the latest OVERHEAD_FIGURES of those (a rank that was
 # descheduled once must not stop exploring), the same on every rank.
-# Before the first figure arrives: LEARN_OVERHEAD_S (across pool groups,
-# where the header step goes through the leaders' MPI, plus what rank 0
-# measured of it when the pool was set up: Selector's `overhead_s`).
+# Before the first figure arrives: the latest figure of an earlier
+# communicator of rank 0's process (`learned_overhead`: rank 0 hands it to
+# every rank when the pool is set up), or LEARN_OVERHEAD_S (across pool
+# groups, where the header step goes through the leaders' MPI, at least
+# that plus what rank 0 measured of it then: Selector's `overhead_s`).
 # Measured: 1-2 us in a tight loop, 20-90 us in place (2 ranks, 2-vCPU VM).
 LEARN_OVERHEAD_S = 6e-6
 OVERHEAD_FIGURES = 7
+_learned_overhead = [LEARN_OVERHEAD_S]
+
+
+def learned_overhead() -> float:
+    """What a learning call cost, as this process's communicators last
+    agreed (LEARN_OVERHEAD_S before any did).  A new communicator's first
+    report cannot carry its own header call's cost: its class would judge
+    exploring by the tight loop's figure."""
+    return _learned_overhead[0]
 
 # Collectives by family (config.COLLECTIVES names).
 _MOVE = ("bcast", "allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv",
@@ -597,7 +608,7 @@ class Selector:
         self.headers += 1
         if spent_ns > 0:
             recent = self.spent = (self.spent + [spent_ns * 1e-9])[-OVERHEAD_FIGURES:]
-            self.overhead_s = sorted(recent)[len(recent) // 2]
+            self.overhead_s = _learned_overhead[0] = sorted(recent)[len(recent) // 2]
         if self.pending is None:
             return
         _, key, code, _ = self.pending

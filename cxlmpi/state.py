@@ -149,7 +149,7 @@ def _learn(state: _State, pool: Pool | Hierarchy, comm: MPI.Intracomm,
     prior = None
     machine = None
     across = isinstance(pool, Hierarchy)
-    overhead = select.LEARN_OVERHEAD_S
+    overhead = select.learned_overhead()   # (rank 0's counts: see below)
     if across:
         # a learning call's header step goes through the leaders' MPI here:
         # its cost, as rank 0 measures it, is what the selector counts
@@ -157,7 +157,8 @@ def _learn(state: _State, pool: Pool | Hierarchy, comm: MPI.Intracomm,
         start = time.perf_counter()
         for _ in range(HEADER_TIMINGS):
             pool.header(1)
-        overhead += (time.perf_counter() - start) / HEADER_TIMINGS
+        overhead = max(overhead, select.LEARN_OVERHEAD_S +
+                       (time.perf_counter() - start) / HEADER_TIMINGS)
     if comm.Get_rank() == 0:
         groups = [len(g) for g in pool.groups] if across else None
         machine = select.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)

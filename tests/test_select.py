@@ -373,6 +373,8 @@ def test_the_overhead_is_the_median_of_the_latest_figures() -> None:
     assert sel.overhead_s == 20e-6
     sel.delivered(0, 0)   # no figure: nothing changes
     assert sel.overhead_s == 20e-6
+    # what the next communicator starts from (rank 0 hands it to all ranks)
+    assert select.learned_overhead() == 20e-6
 
 
 def test_rechecks_are_a_small_share_and_follow_a_change_of_load() -> None:
