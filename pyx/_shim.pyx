@@ -1040,30 +1040,35 @@ cdef tuple foreign(object msg, bint vector, bint writable, bint predefined):
         else None
 
 
-cdef bint spans(tuple d, object displ, object count) except -1:
-    """Whether `count` elements of the datatype of `d` (see `derived`) from
-    element `displ` on lie within the buffer (Python ints: nothing wraps
-    around; the extent may be zero or negative)."""
-    if count == 0:
-        return True
-    length, extent, tlb, textent = d[0], d[2], d[3], d[4]
+cdef tuple extent_of(tuple d, object displ, object count):
+    """(first, end): the bytes that `count` (> 0) elements of the datatype
+    of `d` (see `derived`) from element `displ` on reach, from the buffer's
+    start (Python ints: nothing wraps around; the extent may be zero or
+    negative)."""
+    extent, tlb, textent = d[2], d[3], d[4]
     first = displ * extent + tlb
     last = (displ + count - 1) * extent + tlb
-    return min(first, last) >= 0 and max(first, last) + textent <= length
+    return min(first, last), max(first, last) + textent
+
+
+cdef bint spans(tuple d, object displ, object count) except -1:
+    """Whether `count` elements of the datatype of `d` from element `displ`
+    on lie within the buffer."""
+    if count == 0:
+        return True
+    first, end = extent_of(d, displ, count)
+    return first >= 0 and end <= d[0]
 
 
 cdef tuple reach_of(tuple d, list parts):
     """[lo, hi): the user's memory that `parts` (see `staging`) reach in
     the buffer of `d` (address d[5])."""
-    extent, tlb, textent = d[2], d[3], d[4]
     lo, hi = None, None
     for msg, _, _ in parts:
-        count, displ = msg[1], msg[2]
-        if count > 0:
-            a = displ * extent + tlb
-            b = (displ + count - 1) * extent + tlb
-            lo = min(a, b) if lo is None else min(lo, a, b)
-            hi = max(a, b) + textent if hi is None else max(hi, a + textent, b + textent)
+        if msg[1] > 0:
+            first, end = extent_of(d, msg[2], msg[1])
+            lo = first if lo is None else min(lo, first)
+            hi = end if hi is None else max(hi, end)
     if lo is None:
         return d[5], d[5]
     return d[5] + lo, d[5] + hi
