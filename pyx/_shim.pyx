@@ -390,6 +390,35 @@ cdef inline tuple type_info(object dtype):
     info = TYPE_OF.get(<Py_ssize_t><void *>dtype)
     if info is None:
         info = TYPE_INFO.get(dtype.handle)
+        if info is None and dtype.handle not in NOT_MOVED:
+            info = moved_as_bytes(dtype)
+    return info
+
+
+# Handles of datatypes `moved_as_bytes` turned down.
+cdef set NOT_MOVED = set()
+
+
+cdef tuple moved_as_bytes(object dtype):
+    """type_info of a predefined datatype without a kernel (MPI.PACKED,
+    long double, Fortran's, pairs of no padding): moved as its bytes, as
+    MPI moves a contiguous run of them, where its elements are exactly
+    their size apart; None for any other (remembered).  A rank that sent
+    such a message to MPI alone left its peers in the pool's set-up, or
+    across pool groups in the leaders' MPI step, for ever."""
+    info = None
+    try:
+        if isinstance(dtype, _DATATYPE) and dtype.is_predefined:
+            size = dtype.Get_size()
+            if size > 0 and dtype.Get_extent() == (0, size) and \
+                    dtype.Get_true_extent() == (0, size):
+                info = (MOVE_ONLY, size, dtype.handle)
+    except MPI.Exception:
+        pass
+    if info is None:
+        NOT_MOVED.add(dtype.handle)
+    else:
+        _add_type(dtype, MOVE_ONLY, size)
     return info
 
 
@@ -445,10 +474,11 @@ cdef inline object lookup_type(object o_type):
     return None
 
 
-cdef tuple unpack(object msg, bint vector, bint device=False):
+cdef tuple unpack(object msg, bint vector, bint device=False, bint bottom=False):
     """(buf, count(s), displ(s), datatype) of a message, as mpi4py reads
     it, or None for a form it rejects or the pool cannot take (`device`:
-    a device array's may be taken, see `foreign`)."""
+    a device array's may be taken, see `foreign`; `bottom`: MPI.BOTTOM's
+    with a count, see `derived`)."""
     cdef object o_buf = None, o_count = None, o_displ = None, o_type = None
     cdef Py_ssize_t nargs
     if PyObject_CheckBuffer(msg) or (device and device_array(msg)):
@@ -476,6 +506,8 @@ cdef tuple unpack(object msg, bint vector, bint device=False):
         o_buf, o_count, o_displ, o_type = msg
     else:
         return None
+    if o_buf is _BOTTOM and bottom and o_count is not None:
+        return (o_buf, o_count, o_displ, o_type)
     if o_buf is None or o_buf is _BOTTOM or not (
             PyObject_CheckBuffer(o_buf) or (device and device_array(o_buf))):
         return None
@@ -888,12 +920,14 @@ cdef tuple parse_vector(object msg, bint writable, int blocks):
 # would have to follow it there: in one pool they can (the pass mark), but
 # not where the pool has not been set up yet (its set-up is collective) nor
 # across pool groups (the other groups' leaders wait in the leaders' MPI
-# step).  So a derived datatype whose elements are all of one predefined
-# type the pool takes is staged instead: the call runs on a contiguous
-# temporary buffer of those elements, which `fill` copies the message into
-# and `drain` copies it back out of -- through MPI on a private self
-# communicator, by the datatype itself, so that the layout is MPI's.  Its
-# peers see a message like theirs, and every rank decides alike.  Where the
+# step).  So a message of a derived datatype (or a predefined one with
+# gaps, such as MPI.DOUBLE_INT; or at MPI.BOTTOM) is staged instead: the
+# call runs on a contiguous temporary buffer of its elements (of the one
+# predefined type they all are, else the bytes MPI packs them into), which
+# `fill` copies the message into and `drain` copies it back out of --
+# through MPI on a private self communicator, by the datatype itself, so
+# that the layout is MPI's.  Its peers see a message like theirs, and
+# every rank decides alike.  Where the
 # call goes to MPI, MPI gets the user's message as given.  Not for the
 # reductions: MPICH and Open MPI refuse a predefined op on any derived
 # datatype, so such a rank goes to MPI and raises there, as under stock.
@@ -936,13 +970,19 @@ cdef tuple derived(object msg, bint vector, bint writable):
     """(its parts as `unpack` reads them, (buffer length, size, extent,
     true lower bound, true extent, buffer address)) of a message of a
     derived datatype whose buffer it may read (`writable`: and write), or
-    None."""
-    parts = unpack(msg, vector)
+    None.  A message at MPI.BOTTOM (the datatype holds absolute addresses,
+    its buffer is all memory: MPI checks it, as under stock) is staged
+    alike: a rank that sent it to MPI alone left its peers waiting."""
+    parts = unpack(msg, vector, False, True)
     if parts is None:
         return None
     o_buf, _, _, o_type = parts
-    if not isinstance(o_type, _DATATYPE) or o_type.is_predefined:
+    if not isinstance(o_type, _DATATYPE) or (
+            o_type.is_predefined and type_info(o_type) is not None):
         return None
+    if o_buf is _BOTTOM:
+        d = reach(o_type, PY_SSIZE_T_MAX)
+        return (parts, d + (0,)) if d is not None else None
     cdef Py_buffer view
     try:
         PyObject_GetBuffer(o_buf, &view, PyBUF_WRITABLE if writable else 0)
@@ -1076,12 +1116,15 @@ cdef tuple reach_of(tuple d, list parts):
 
 cdef Message staging(tuple d, Py_ssize_t total, list parts):
     """The staged Message of `total` elements of `d`'s datatype, moved as
-    `parts` [(user message, element offset, elements)] say; None when
-    its elements are not all one predefined type."""
+    `parts` [(user message, element offset, elements)] say: as elements of
+    the one predefined type they all are, or else (a struct of several, a
+    pair type such as MPI.DOUBLE_INT) as the bytes MPI packs them into,
+    which MPI.PACKED moves (data movement only: reductions stage no derived
+    datatype)."""
     global _self_comm
     base = one_type(parts[0][0][3])
     if base is None:
-        return None
+        base = MPI.PACKED
     info = type_info(base)
     cdef Py_ssize_t tsize = info[1], k = d[1] // tsize
     if d[1] % tsize:
