@@ -78,6 +78,8 @@ RECENT = 4               # samples a settled candidate keeps
 STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
 RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
+FIRST_RUN_BYTES = 1 << 20   # a class's first run, on MPI: calls moving this much ...
+FIRST_RUN_CALLS = 100    # ... but at most this many (see first_run)
 # What a learning call costs beyond its path, whichever it takes: the header
 # step and this module's bookkeeping.  Measured in place: each rank times
 # its header calls (the step and the bookkeeping around it), the next
@@ -533,10 +535,16 @@ def run_length(sc: int) -> int:
 
 def first_run(sc: int) -> int:
     """Calls of the run that a class of size class `sc` opens on MPI by
-    itself (Learner.try_len of its first call), 0 where its first call asks
-    in a header step (large classes: the pool first, see Learner.next_try)."""
+    itself, 0 where its first call asks in a header step (large classes:
+    the pool first, see Learner.next_try).  FIRST_RUN_BYTES' worth of
+    calls, at most FIRST_RUN_CALLS: the header step that reports the run
+    costs 30-150 us in place, 15-70 calls of 4 KiB (2 ranks, AMD EPYC VM),
+    so a cheap class's first 100 calls take stock MPI's path and time
+    alone, and exploring begins after them, paid as it goes."""
     run = run_length(sc)
-    return 1 + min(2, run) if run > 1 else 0
+    if run <= 1:
+        return 0
+    return max(1 + min(2, run), min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
 
 
 class Selector:
@@ -616,8 +624,8 @@ class Selector:
         ops = self.routes.ops()
         new = key not in self.learners
         learner = self.learner(key, ops)
-        if new:   # the run its first call opened (NEW): as Learner.next_try opens it
-            learner.run_calls = learner.try_len(code)
+        if new:   # the run its first call opened (NEW)
+            learner.run_calls = first_run(key[1])
         if nanoseconds > 0:
             learner.learn(code, nanoseconds * 1e-9)
         else:                 # no rank timed a call of the run
