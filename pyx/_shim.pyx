@@ -1284,7 +1284,7 @@ cdef int fill(Message m) except -1:
         tmp, base, moves = m.staged
         with _self_lock:
             for user, off, n in moves:
-                _self_comm.Sendrecv(user, 0, 0, [tmp[off:], n, base], 0, 0)
+                move(user, [tmp[off:], n, base])
     return 0
 
 
@@ -1295,7 +1295,29 @@ cdef int drain(Message m) except -1:
         tmp, base, moves = m.staged
         with _self_lock:
             for user, off, n in moves:
-                _self_comm.Sendrecv([tmp[off:], n, base], 0, 0, user, 0, 0)
+                move([tmp[off:], n, base], user)
+    return 0
+
+
+cdef int move(object src, object dst) except -1:
+    """One staging copy, from message `src` to `dst`, through MPI.  A
+    message at MPI.BOTTOM from element `displ` on goes as one struct of
+    its elements that far on: mpi4py checks a displacement against the
+    buffer, and MPI.BOTTOM has no bytes."""
+    t = None
+    for msg in (src, dst):
+        if msg[0] is _BOTTOM and msg[2]:
+            t = MPI.Datatype.Create_struct([msg[1]], [msg[2] * msg[3].Get_extent()[1]],
+                                           [msg[3]]).Commit()
+            if msg is src:
+                src = [_BOTTOM, 1, t]
+            else:
+                dst = [_BOTTOM, 1, t]
+    try:
+        _self_comm.Sendrecv(src, 0, 0, dst, 0, 0)
+    finally:
+        if t is not None:
+            t.Free()
     return 0
 
 

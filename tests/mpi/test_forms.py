@@ -160,3 +160,28 @@ def test_bcast_of_pairs(root: int) -> None:
         return raw.copy()
     fresh_against_stock(f"Bcast of DOUBLE_INT pairs from root {root}", call, differs, CALLS,
                         "bcast")
+
+
+def test_allgatherv_into_bottom() -> None:
+    """The odd ranks receive blocks at MPI.BOTTOM, one element a struct of
+    one double at the receive array's address, blocks a displacement
+    apart (mpi4py refuses a displacement into MPI.BOTTOM's no bytes: the
+    staging copies took it there once); around the blocks nothing changes."""
+    counts = [N + 3 * q for q in range(SIZE)]
+    displs = [sum(counts[:q]) + q for q in range(SIZE)]   # one element of room between
+
+    def call(c, seed):
+        whole = np.full(displs[-1] + counts[-1] + 2, -7.0)
+        out = whole[1:-1]
+        mine = make_data(np.float64, counts[RANK], seed)
+        if ODD:
+            t = MPI.Datatype.Create_struct([1], [MPI.Get_address(out)], [MPI.DOUBLE]).Commit()
+            try:
+                c.Allgatherv(mine, [MPI.BOTTOM, (counts, displs), t])
+            finally:
+                t.Free()
+        else:
+            c.Allgatherv(mine, [out, (counts, displs), MPI.DOUBLE])
+        return whole
+    fresh_against_stock("Allgatherv into MPI.BOTTOM on some ranks", call, differs, CALLS,
+                        "allgatherv")
