@@ -371,7 +371,10 @@ def _add_types(names, prefix):
 
 
 def _add_type(dtype, code, size):
-    TYPE_INFO[dtype.handle] = TYPE_OF[<Py_ssize_t><void *>dtype] = (code, size, dtype.handle)
+    # (the handle as the C field holds it: MPICH's handles of some
+    # predefined types, MPI.FLOAT_INT's, are beyond a Py_ssize_t)
+    info = (code, size, <Py_ssize_t><uintptr_t>dtype.handle)
+    TYPE_INFO[dtype.handle] = TYPE_OF[<Py_ssize_t><void *>dtype] = info
     _TYPE_OBJECTS.append(dtype)
 
 
@@ -412,13 +415,12 @@ cdef tuple moved_as_bytes(object dtype):
             size = dtype.Get_size()
             if size > 0 and dtype.Get_extent() == (0, size) and \
                     dtype.Get_true_extent() == (0, size):
-                info = (MOVE_ONLY, size, dtype.handle)
+                _add_type(dtype, MOVE_ONLY, size)
+                info = TYPE_INFO[dtype.handle]
     except MPI.Exception:
         pass
     if info is None:
         NOT_MOVED.add(dtype.handle)
-    else:
-        _add_type(dtype, MOVE_ONLY, size)
     return info
 
 
@@ -1109,7 +1111,10 @@ cdef tuple reach_of(tuple d, list parts):
             first, end = extent_of(d, msg[2], msg[1])
             lo = first if lo is None else min(lo, first)
             hi = end if hi is None else max(hi, end)
-    if lo is None:
+    if lo is None or d[5] == 0:
+        # (at MPI.BOTTOM: its reach's hull may hold other messages between
+        # its parts, and the pool reads and writes only its copy; judged
+        # aliased there, a rank went to MPI alone)
         return d[5], d[5]
     return d[5] + lo, d[5] + hi
 
@@ -1269,7 +1274,32 @@ cdef Message parse_any(object msg, bint writable, int blocks=0, Py_ssize_t least
     cdef Message m = parse(msg, writable, blocks)
     if m is None:
         m = parse_host(msg, writable, blocks)
-    return m if m is not None else stage(msg, writable, blocks, least, reducing)
+    if m is None:
+        m = stage(msg, writable, blocks, least, reducing)
+    return m if m is not None else nothing(msg)
+
+
+cdef Message nothing(object msg):
+    """A message of no elements whose buffer the pool cannot read -- None
+    or MPI.BOTTOM, count 0 (``[MPI.BOTTOM, 0, MPI.DOUBLE]``: a rank that
+    sends nothing) -- as a Message of no bytes; None for any other.  Such
+    a rank had sent the call to MPI alone, its peers waiting in the pool."""
+    if (type(msg) is not list and type(msg) is not tuple) or len(msg) != 3 or \
+            not (msg[0] is None or msg[0] is _BOTTOM) or not is_integral(msg[1]):
+        return None
+    dtype = lookup_type(msg[2])
+    if dtype is None or msg[1].__index__() != 0:
+        return None
+    info = type_info(dtype) if dtype.is_predefined else None
+    cdef Message m = Message.__new__(Message)
+    m.datatype = dtype
+    if info is not None:
+        m.tcode, m.itemsize, m.handle = info
+    else:   # (a derived datatype: MPI is handed no elements of it)
+        m.tcode, m.itemsize, m.handle = MOVE_ONLY, 1, <Py_ssize_t><uintptr_t>dtype.handle
+    m.address = m.lo = m.hi = 0
+    m.count = m.nbytes = 0
+    return m
 
 
 cdef inline Message parse_reduced(object msg, bint writable, int blocks=0):

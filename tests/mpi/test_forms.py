@@ -185,3 +185,35 @@ def test_allgatherv_into_bottom() -> None:
         return whole
     fresh_against_stock("Allgatherv into MPI.BOTTOM on some ranks", call, differs, CALLS,
                         "allgatherv")
+
+
+def test_pairs_without_gaps() -> None:
+    """MPI.FLOAT_INT (a pair without a gap: moved as bytes) on every rank;
+    MPICH's handle of it is beyond a Py_ssize_t (its first sight raised
+    OverflowError)."""
+    pair = np.dtype([("v", "f4"), ("i", "i4")])
+
+    def call(c, seed):
+        mine = np.zeros(N, pair)
+        mine["v"] = make_data(np.float32, N, seed)
+        mine["i"] = RANK
+        out = np.zeros(N * SIZE, pair)
+        c.Allgather([mine, MPI.FLOAT_INT], [out, MPI.FLOAT_INT])
+        return out.view(np.uint8)
+    fresh_against_stock("Allgather of FLOAT_INT pairs", call, differs, CALLS, "allgather")
+
+
+def test_allgatherv_from_a_rank_that_sends_nothing() -> None:
+    """The last rank sends no elements as ``[MPI.BOTTOM, 0, MPI.DOUBLE]``
+    (or ``[None, 0, ...]``), the others plain arrays."""
+    counts = [N] * (SIZE - 1) + [0]
+
+    def call(c, seed):
+        out = np.zeros(sum(counts))
+        if RANK == SIZE - 1:
+            c.Allgatherv([MPI.BOTTOM if seed % 2 else None, 0, MPI.DOUBLE], [out, counts])
+        else:
+            c.Allgatherv(make_data(np.float64, N, seed), [out, counts])
+        return out
+    fresh_against_stock("Allgatherv with nothing from the last rank", call, differs, CALLS,
+                        "allgatherv")
