@@ -541,10 +541,10 @@ def first_run(sc: int) -> int:
     costs 30-150 us in place, 15-70 calls of 4 KiB (2 ranks, AMD EPYC VM),
     so a cheap class's first 100 calls take stock MPI's path and time
     alone, and exploring begins after them, paid as it goes."""
-    run = run_length(sc)
-    if run <= 1:
+    if run_length(sc) <= 1:
         return 0
-    return max(1 + min(2, run), min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
+    # (at least a run timed end to end: the untimed opening call and two)
+    return max(3, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
 
 
 class Selector:

@@ -480,7 +480,7 @@ cdef tuple unpack(object msg, bint vector, bint device=False, bint bottom=False)
     """(buf, count(s), displ(s), datatype) of a message, as mpi4py reads
     it, or None for a form it rejects or the pool cannot take (`device`:
     a device array's may be taken, see `foreign`; `bottom`: MPI.BOTTOM's
-    with a count, see `derived`)."""
+    or None's with a count, see `derived` and `nothing`)."""
     cdef object o_buf = None, o_count = None, o_displ = None, o_type = None
     cdef Py_ssize_t nargs
     if PyObject_CheckBuffer(msg) or (device and device_array(msg)):
@@ -508,7 +508,7 @@ cdef tuple unpack(object msg, bint vector, bint device=False, bint bottom=False)
         o_buf, o_count, o_displ, o_type = msg
     else:
         return None
-    if o_buf is _BOTTOM and bottom and o_count is not None:
+    if (o_buf is _BOTTOM or o_buf is None) and bottom and o_count is not None:
         return (o_buf, o_count, o_displ, o_type)
     if o_buf is None or o_buf is _BOTTOM or not (
             PyObject_CheckBuffer(o_buf) or (device and device_array(o_buf))):
@@ -1284,11 +1284,12 @@ cdef Message nothing(object msg):
     or MPI.BOTTOM, count 0 (``[MPI.BOTTOM, 0, MPI.DOUBLE]``: a rank that
     sends nothing) -- as a Message of no bytes; None for any other.  Such
     a rank had sent the call to MPI alone, its peers waiting in the pool."""
-    if (type(msg) is not list and type(msg) is not tuple) or len(msg) != 3 or \
-            not (msg[0] is None or msg[0] is _BOTTOM) or not is_integral(msg[1]):
+    parts = unpack(msg, False, False, True)
+    if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
+            not is_integral(parts[1]) or parts[1].__index__() != 0:
         return None
-    dtype = lookup_type(msg[2])
-    if dtype is None or msg[1].__index__() != 0:
+    dtype = lookup_type(parts[3])
+    if dtype is None:
         return None
     info = type_info(dtype) if dtype.is_predefined else None
     cdef Message m = Message.__new__(Message)
@@ -1314,7 +1315,7 @@ cdef int fill(Message m) except -1:
         tmp, base, moves = m.staged
         with _self_lock:
             for user, off, n in moves:
-                move(user, [tmp[off:], n, base])
+                move(user, [tmp[off:], n, base], True)
     return 0
 
 
@@ -1325,26 +1326,25 @@ cdef int drain(Message m) except -1:
         tmp, base, moves = m.staged
         with _self_lock:
             for user, off, n in moves:
-                move([tmp[off:], n, base], user)
+                move(user, [tmp[off:], n, base], False)
     return 0
 
 
-cdef int move(object src, object dst) except -1:
-    """One staging copy, from message `src` to `dst`, through MPI.  A
-    message at MPI.BOTTOM from element `displ` on goes as one struct of
-    its elements that far on: mpi4py checks a displacement against the
-    buffer, and MPI.BOTTOM has no bytes."""
+cdef int move(object user, object tmp, bint to_tmp) except -1:
+    """One staging copy between the user's message and the temporary one,
+    through MPI.  A user message at MPI.BOTTOM from element `displ` on
+    goes as one struct of its elements that far on: mpi4py checks a
+    displacement against the buffer, and MPI.BOTTOM has no bytes."""
     t = None
-    for msg in (src, dst):
-        if msg[0] is _BOTTOM and msg[2]:
-            t = MPI.Datatype.Create_struct([msg[1]], [msg[2] * msg[3].Get_extent()[1]],
-                                           [msg[3]]).Commit()
-            if msg is src:
-                src = [_BOTTOM, 1, t]
-            else:
-                dst = [_BOTTOM, 1, t]
+    if user[0] is _BOTTOM and user[2]:
+        t = MPI.Datatype.Create_struct([user[1]], [user[2] * user[3].Get_extent()[1]],
+                                       [user[3]]).Commit()
+        user = [_BOTTOM, 1, t]
     try:
-        _self_comm.Sendrecv(src, 0, 0, dst, 0, 0)
+        if to_tmp:
+            _self_comm.Sendrecv(user, 0, 0, tmp, 0, 0)
+        else:
+            _self_comm.Sendrecv(tmp, 0, 0, user, 0, 0)
     finally:
         if t is not None:
             t.Free()

@@ -217,3 +217,37 @@ def test_allgatherv_from_a_rank_that_sends_nothing() -> None:
         return out
     fresh_against_stock("Allgatherv with nothing from the last rank", call, differs, CALLS,
                         "allgatherv")
+
+
+def test_allgather_into_bottom_around_the_send_buffer() -> None:
+    """The odd ranks receive at MPI.BOTTOM into two parts of one array (a
+    struct of two runs, resized to a half block per rank) on either side
+    of their send buffer, which shares no byte with them.  Judged by its
+    reach's hull the message had overlapped the send buffer, and such a
+    rank went to MPI alone (MPICH: Message truncated on its peers)."""
+    half = N // 2
+
+    def call(c, seed):
+        whole = np.full(2 * half * SIZE + 2 * half + 2, -7.0)
+        lo, send = whole[1:1 + half * SIZE], whole[1 + half * SIZE:1 + half * SIZE + 2 * half]
+        hi = whole[1 + half * SIZE + 2 * half:-1]
+        send[:] = make_data(np.float64, 2 * half, seed)
+        if ODD:
+            parts = MPI.Datatype.Create_struct([half] * 2, [MPI.Get_address(lo),
+                                                            MPI.Get_address(hi)],
+                                               [MPI.DOUBLE] * 2)
+            t = parts.Create_resized(MPI.Get_address(lo), half * 8).Commit()
+            parts.Free()
+            try:
+                c.Allgather(send, [MPI.BOTTOM, 1, t])
+            finally:
+                t.Free()
+            got = np.concatenate([np.concatenate([lo[q * half:(q + 1) * half],
+                                                  hi[q * half:(q + 1) * half]])
+                                  for q in range(SIZE)])
+        else:
+            got = np.zeros(2 * half * SIZE)
+            c.Allgather(send, got)
+        return np.concatenate([got, whole[:1], whole[-1:]])
+    fresh_against_stock("Allgather into MPI.BOTTOM around the send buffer", call, differs,
+                        CALLS, "allgather")
