@@ -30,11 +30,14 @@ try.  Exploring may cost EXPLORE_BUDGET calls' worth of the best path at
 once, then EXPLORE_SHARE of the communicator's calls: a try that does not
 fit waits, the fastest path so far running meanwhile, so that classes
 whose calls cost little against a learning call's own cost explore in
-steps spread over their calls.  Then the fastest is kept; a small, bounded share of
-later calls re-times it and the runner-up back to back (more often when
-they are close, rarely when the runner-up is far behind), so a change of
-load is followed.  What was learned is remembered per machine in a cache
-file (CXLMPI_CACHE), read when a communicator's pool is set up.
+steps spread over their calls.  Then the fastest in typical time is kept
+(`typical`: the mean of its looks, the dearest left out -- not its
+fastest look, which on a busy machine may be a lucky one); a small,
+bounded share of later calls re-times it and the runner-up back to back,
+and every other time stock MPI (more often when they are close, rarely
+when the runner-up is far behind), so a change of load is followed.  What
+was learned is remembered per machine in a cache file (CXLMPI_CACHE), read
+when a communicator's pool is set up.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ MIN_INTERVAL = 64        # calls of the class between re-checks, at least ...
 MAX_INTERVAL = 4096      # ... and at most
 CHECK_SHARE = 0.005      # a re-check may waste this share of the time between
 RECENT = 4               # samples a settled candidate keeps
+OUTLIER = 3.0            # a look counts at most this much x its path's median
 STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
 RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
@@ -117,6 +121,20 @@ def weighed(code: int, seconds: float) -> float:
     pool path is clearly faster -- ties and noise must not make a program
     slower than stock."""
     return seconds if code == MPI_PATH else seconds / MPI_MARGIN
+
+
+def typical(samples: list[float]) -> float:
+    """What a path costs per call, judged from its samples: their mean,
+    each look counted at most OUTLIER times their (lower) median, so that
+    one look -- a page fault, a descheduled peer -- moves it little.  Not
+    the fastest look: on a busy machine a path whose waits sleep may run at
+    its quiet speed in one try and 2-5x slower in the next (a 16 MiB Bcast
+    through the pool beside a CPU-bound process, 2 ranks on 2 cores: 2.6
+    or 6.6 ms, MPI 3.1-3.9 ms), and what a program pays is its mean."""
+    if not samples:
+        return math.inf
+    cap = OUTLIER * sorted(samples)[(len(samples) - 1) // 2]
+    return sum(min(t, cap) for t in samples) / len(samples)
 
 
 def code_name(code: int) -> str:
@@ -220,9 +238,9 @@ class Learner:
     def __post_init__(self) -> None:
         if not self.alive:
             self.alive = list(self.candidates)
-        # the fastest try of each candidate, kept up to date (a learning
+        # each candidate's typical time, kept up to date (a learning
         # call's bookkeeping runs while every rank waits for it: cheap)
-        self.est: dict[int, float] = {c: min(v) for c, v in self.samples.items() if v}
+        self.est: dict[int, float] = {c: typical(v) for c, v in self.samples.items() if v}
         self.ncalls: dict[int, int] = {c: len(v) for c, v in self.samples.items()}
         # the warm-ups' times (real cost, no sample), by kind: through the pool?
         self.warmups: dict[bool, float] = {}
@@ -366,8 +384,7 @@ class Learner:
             self.opened = True
         self.samples.setdefault(code, []).append(seconds)
         self.ncalls[code] = self.ncalls.get(code, 0) + self.run_calls
-        if seconds < self.est.get(code, math.inf):
-            self.est[code] = seconds
+        self.est[code] = typical(self.samples[code])
         if code in self.alive:
             best = self.leader()
             # far behind after its first try: not worth more
@@ -405,29 +422,54 @@ class Learner:
         self.best = ranked[0]
         self.runner_up = ranked[1] if len(ranked) > 1 else None
         self.phase = 1
-        self._schedule(self.est[self.best],
-                       self.est[self.runner_up] if self.runner_up is not None else None)
+        self._schedule()
 
     # ---------------------------------------------------------- re-checking
 
-    def _schedule(self, best_s: float, runner_s: float | None) -> None:
-        """The calls until the next re-check: a re-check (three learning
-        calls, one of them on the runner-up) costs at most CHECK_SHARE of
-        the time between re-checks; the interval doubles while the
-        runner-up stays behind, and starts again when it is close."""
+    def next_challenger(self) -> int | None:
+        """What the next re-check times against the best: a candidate
+        exploring never reached or dropped after one look (`unsure`), one
+        at a time, so that those are found too when the load changes or
+        the look was an outlier; else the runner-up -- and every other
+        time stock MPI, where it is neither the best nor the runner-up:
+        MPI is the reference a program must never be slower than, and a
+        change of load (a busy core) may make it the faster path while the
+        pool's variants, slowed alike, keep their order (unless MPI is far
+        slower: the dropped are looked at as unsure, once)."""
         unsure = self.unsure()
-        calls = self.run_len
         if unsure:
-            # the next re-check looks at one (start_check): a first look,
-            # as slow as a candidate worth keeping may be
-            runner_s, calls = DROP_AFTER_ONE * best_s, self.try_len(unsure[0])
-        if runner_s is None or not math.isfinite(runner_s) or best_s <= 0:
+            return unsure[0]
+        best_s = self.est.get(self.best, math.inf) if self.best is not None else math.inf
+        if self.checks % 2 and self.runner_up is not None and \
+                MPI_PATH not in (self.best, self.runner_up) and \
+                self.est.get(MPI_PATH, math.inf) < DROP_AFTER_ONE * best_s:
+            return MPI_PATH
+        return self.runner_up
+
+    def _schedule(self, seen: float = math.inf) -> None:
+        """The calls until the next re-check: a re-check (three learning
+        calls, one of them on the challenger) costs at most CHECK_SHARE
+        of the time between re-checks; the interval doubles while the
+        runner-up stays behind, and starts again when it is close (by its
+        typical time, or `seen`, the challenger's time in the re-check
+        just made)."""
+        assert self.best is not None
+        best_s = self.est[self.best]
+        other = self.next_challenger()
+        if other is None or not math.isfinite(best_s) or best_s <= 0:
             self.interval = MAX_INTERVAL
             return
+        if other in self.unsure():
+            # a first look, as slow as a candidate worth keeping may be
+            other_s, calls = DROP_AFTER_ONE * best_s, self.try_len(other)
+        else:
+            other_s, calls = self.est[other], self.run_len
         # (a re-check times a run of each: the other path's extra time)
-        cost = calls * max(runner_s - best_s, 0.0) + 3 * self.overhead
+        cost = calls * max(other_s - best_s, 0.0) + 3 * self.overhead
         want = int(cost / (CHECK_SHARE * best_s))
-        if runner_s < 1.1 * best_s:
+        runner_s = self.est.get(self.runner_up, math.inf) if self.runner_up is not None \
+            else math.inf
+        if min(runner_s, seen) < 1.1 * best_s:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want))
         else:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want, self.interval * 2))
@@ -441,12 +483,8 @@ class Learner:
         return self.best
 
     def start_check(self) -> None:
-        """A re-check times the best against the runner-up -- or against a
-        candidate exploring never reached or dropped after one look
-        (`unsure`), one at a time, so that those are found too when the
-        load changes or the look was an outlier."""
-        unsure = self.unsure()
-        self.challenger = unsure[0] if unsure else self.runner_up
+        """A re-check times the best, then `next_challenger`, back to back."""
+        self.challenger = self.next_challenger()
         self.phase = 2 if self.challenger is not None else 1
         self.recheck = []
 
@@ -462,22 +500,23 @@ class Learner:
         for c, t in ((self.best, best_s), (other, other_s)):
             # the latest few: what the cache keeps, with old load forgotten
             self.samples[c] = (self.samples.get(c, []) + [t])[-RECENT:]
-            self.est[c] = min(self.samples[c])
-        if weighed(other, other_s) < SWITCH_MARGIN * weighed(self.best, best_s):
+            self.est[c] = typical(self.samples[c])
+        # The challenger takes over when faster in typical time -- and a
+        # pool path only when faster in this pair too, timed back to back:
+        # on a busy machine one look may catch a path at its quiet speed,
+        # and MPI, the reference, is taken back on the typical times alone.
+        if weighed(other, self.est[other]) < \
+                SWITCH_MARGIN * weighed(self.best, self.est[self.best]) and \
+                (other == MPI_PATH or
+                 weighed(other, other_s) < SWITCH_MARGIN * weighed(self.best, best_s)):
             self.best, other = other, self.best
-            best_s, other_s = other_s, best_s
             self.interval = MIN_INTERVAL
-        if self.runner_up is None or other == self.runner_up or \
-                self.est[other] < self.est.get(self.runner_up, math.inf):
-            self.runner_up = other
-        elif self.runner_up == self.best:
+        if self.runner_up is None or other == self.runner_up or self.runner_up == self.best \
+                or self.est[other] < self.est.get(self.runner_up, math.inf):
             self.runner_up = other
         self.phase = 1
-        runner_s = self.est.get(self.runner_up, math.inf) if self.runner_up is not None \
-            else None
-        if other_s < (runner_s or math.inf):
-            runner_s = other_s
-        self._schedule(best_s, runner_s)
+        # (how close the path now second came in this pair)
+        self._schedule(best_s if other != self.challenger else other_s)
 
     # --------------------------------------------------------------- cache
 
