@@ -31,11 +31,13 @@ once, then EXPLORE_SHARE of the communicator's calls: a try that does not
 fit waits, the fastest path so far running meanwhile, so that classes
 whose calls cost little against a learning call's own cost explore in
 steps spread over their calls.  Then the fastest in typical time is kept
-(`typical`: the mean of its looks, the dearest left out -- not its
-fastest look, which on a busy machine may be a lucky one); a small,
-bounded share of later calls re-times it and the runner-up back to back,
-and every other time stock MPI (more often when they are close, rarely
-when the runner-up is far behind), so a change of load is followed.  What
+(`typical`: the mean of its looks, each capped at OUTLIER times their
+median -- not its fastest look, which on a busy machine may be a lucky
+one); a small, bounded share of later calls re-times it back to back
+against the runner-up, and every other time against stock MPI or another
+candidate in turn (more often when they are close, rarely when far
+behind; a path that just took over is timed against the one it displaced
+once more before the spacing grows), so a change of load is followed.  What
 was learned is remembered per machine in a cache file (CXLMPI_CACHE), read
 when a communicator's pool is set up.
 """
@@ -79,6 +81,8 @@ MAX_INTERVAL = 4096      # ... and at most
 CHECK_SHARE = 0.005      # a re-check may waste this share of the time between
 RECENT = 4               # samples a settled candidate keeps
 OUTLIER = 3.0            # a look counts at most this much x its path's median
+STEADY = 1.5             # the best's looks this far apart: re-checks do not space out
+HISTORY = 16             # (its latest this many looks)
 STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
 RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
@@ -134,6 +138,8 @@ def typical(samples: list[float]) -> float:
     if not samples:
         return math.inf
     cap = OUTLIER * sorted(samples)[(len(samples) - 1) // 2]
+    if cap <= 0:   # (a cache's zero: no cap)
+        cap = math.inf
     return sum(min(t, cap) for t in samples) / len(samples)
 
 
@@ -231,6 +237,7 @@ class Learner:
     run_calls: int = 1               # calls of the run whose report comes next
     run_len: int = 1                 # calls of a (not warm-up) run of this class
     challenger: int | None = None    # what the re-check in progress times against the best
+    displaced: int | None = None     # what the last switch displaced, until a re-check confirms
     born: int = 0                    # the communicator's call count at the class's first call
     resume: int = 0                  # exploring waits (on the leader) until this call count
     overhead: float = LEARN_OVERHEAD_S  # what a learning call costs beyond its path
@@ -244,6 +251,9 @@ class Learner:
         self.ncalls: dict[int, int] = {c: len(v) for c, v in self.samples.items()}
         # the warm-ups' times (real cost, no sample), by kind: through the pool?
         self.warmups: dict[bool, float] = {}
+        # each candidate's latest HISTORY looks (its estimate keeps fewer):
+        # whether its time is steady
+        self.history: dict[int, list[float]] = {c: list(v) for c, v in self.samples.items()}
 
     def warming(self, code: int) -> bool:
         """Whether a try of `code` now is a warm-up (not a sample)."""
@@ -383,6 +393,7 @@ class Learner:
                 return
             self.opened = True
         self.samples.setdefault(code, []).append(seconds)
+        self._looked(code, seconds)
         self.ncalls[code] = self.ncalls.get(code, 0) + self.run_calls
         self.est[code] = typical(self.samples[code])
         if code in self.alive:
@@ -409,6 +420,9 @@ class Learner:
             self._warmed(code)
             self.run_len = 1
 
+    def _looked(self, code: int, seconds: float) -> None:
+        self.history[code] = (self.history.get(code, []) + [seconds])[-HISTORY:]
+
     def _warmed(self, code: int) -> None:
         if code == MPI_PATH:
             self.warm_mpi = True
@@ -430,21 +444,37 @@ class Learner:
         """What the next re-check times against the best: a candidate
         exploring never reached or dropped after one look (`unsure`), one
         at a time, so that those are found too when the load changes or
-        the look was an outlier; else the runner-up -- and every other
-        time stock MPI, where it is neither the best nor the runner-up:
-        MPI is the reference a program must never be slower than, and a
-        change of load (a busy core) may make it the faster path while the
-        pool's variants, slowed alike, keep their order (unless MPI is far
-        slower: the dropped are looked at as unsure, once)."""
+        the look was an outlier; the path the last switch displaced, until
+        a re-check confirms the switch (one lucky pair must not hold the
+        class for the thousands of calls a settled interval grows to);
+        else the runner-up, and every other time one of the rest in turn:
+        stock MPI at every other of those -- MPI is the reference a program
+        must never be slower than, and a change of load (a busy core) may
+        make it the faster path while the pool's variants, slowed alike,
+        keep their order -- and the other surviving candidates within
+        DROP_AFTER_ONE of the best (one look at an outlier may have put
+        the fastest third).  Each re-check's
+        spacing bounds its cost (`_schedule`)."""
         unsure = self.unsure()
         if unsure:
             return unsure[0]
-        best_s = self.est.get(self.best, math.inf) if self.best is not None else math.inf
-        if self.checks % 2 and self.runner_up is not None and \
-                MPI_PATH not in (self.best, self.runner_up) and \
-                self.est.get(MPI_PATH, math.inf) < DROP_AFTER_ONE * best_s:
-            return MPI_PATH
-        return self.runner_up
+        if self.displaced is not None and self.displaced != self.best:
+            return self.displaced
+        if self.runner_up is None or self.checks % 2 == 0:
+            return self.runner_up
+        best_s = self.est[self.best] if self.best is not None else math.inf
+        rest = [c for c in self.candidates if c not in (self.best, self.runner_up)
+                and c in self.est and (c == MPI_PATH or c in self.alive and
+                                       self.est[c] < DROP_AFTER_ONE * best_s)]
+        if not rest:
+            return self.runner_up
+        turn = self.checks // 2
+        if MPI_PATH in rest:
+            if turn % 2 == 0 or len(rest) == 1:
+                return MPI_PATH
+            rest.remove(MPI_PATH)
+            turn //= 2
+        return rest[turn % len(rest)]
 
     def _schedule(self, seen: float = math.inf) -> None:
         """The calls until the next re-check: a re-check (three learning
@@ -452,7 +482,9 @@ class Learner:
         of the time between re-checks; the interval doubles while the
         runner-up stays behind, and starts again when it is close (by its
         typical time, or `seen`, the challenger's time in the re-check
-        just made)."""
+        just made), when a switch waits to be confirmed, or while the
+        best's own looks disagree (more than STEADY apart: a busy machine,
+        where a lucky streak of looks may have made it the best)."""
         assert self.best is not None
         best_s = self.est[self.best]
         other = self.next_challenger()
@@ -469,7 +501,9 @@ class Learner:
         want = int(cost / (CHECK_SHARE * best_s))
         runner_s = self.est.get(self.runner_up, math.inf) if self.runner_up is not None \
             else math.inf
-        if min(runner_s, seen) < 1.1 * best_s:
+        looks = self.history.get(self.best) or [best_s]
+        unsteady = max(looks) > STEADY * min(looks)
+        if min(runner_s, seen) < 1.1 * best_s or other == self.displaced or unsteady:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want))
         else:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, want, self.interval * 2))
@@ -501,6 +535,7 @@ class Learner:
             # the latest few: what the cache keeps, with old load forgotten
             self.samples[c] = (self.samples.get(c, []) + [t])[-RECENT:]
             self.est[c] = typical(self.samples[c])
+            self._looked(c, t)
         # The challenger takes over when faster in typical time -- and a
         # pool path only when faster in this pair too, timed back to back:
         # on a busy machine one look may catch a path at its quiet speed,
@@ -510,7 +545,10 @@ class Learner:
                 (other == MPI_PATH or
                  weighed(other, other_s) < SWITCH_MARGIN * weighed(self.best, best_s)):
             self.best, other = other, self.best
+            self.displaced = other
             self.interval = MIN_INTERVAL
+        elif other == self.displaced:   # the switch stands
+            self.displaced = None
         if self.runner_up is None or other == self.runner_up or self.runner_up == self.best \
                 or self.est[other] < self.est.get(self.runner_up, math.inf):
             self.runner_up = other

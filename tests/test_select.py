@@ -230,11 +230,13 @@ def test_learning_costs_under_ten_percent_of_a_hundred_calls(table, best) -> Non
       "pool+bigchunk": 2.0}, "pool"),
 ])
 def test_far_slower_paths_cost_one_call_each(table, best) -> None:
-    """Paths 3-6x slower than the best are looked at once, in a single
+    """Pool paths 3-6x slower than the best are looked at once, in a single
     call, and dropped (a re-check looks once more, in case the look was an
-    outlier); a first look at every candidate then costs more than 10 % of
-    100 calls (12-15 % here), but over 2000 calls learning stays within
-    3 %, and the best path is found."""
+    outlier; stock MPI, the reference, is re-timed now and then however
+    far behind, its re-checks spaced to cost at most CHECK_SHARE); a first
+    look at every candidate then costs more than 10 % of 100 calls (12-15 %
+    here), but over 2000 calls learning stays within 3 %, and the best
+    path is found."""
     table = {k: v * 1e-3 for k, v in table.items()}
     job = realistic()
     for call in range(2000):
@@ -244,7 +246,7 @@ def test_far_slower_paths_cost_one_call_each(table, best) -> None:
     learner = job.selectors[0].learners[(BCAST, 24, 0)]
     assert learner.best == code_of(best)
     for name, t in table.items():
-        if t >= 2.5 * least:
+        if t >= 2.5 * least and name != "mpi":
             assert len(learner.samples[code_of(name)]) <= 2, (name, learner.samples)
 
 
@@ -383,7 +385,9 @@ def test_the_overhead_is_the_median_of_the_latest_figures() -> None:
 def test_rechecks_are_a_small_share_and_follow_a_change_of_load() -> None:
     """Once settled, re-checks take at most a few percent of the calls; when
     the runner-up becomes the faster path (a change of load), the choice
-    follows it within MAX_INTERVAL calls of the class."""
+    follows it within MAX_INTERVAL calls of the class and a few re-checks
+    (a pool path takes over when faster in typical time, which one look
+    does not move enough)."""
     job = Job(2)
     before = {"mpi": 1.0, "pool+stream": 1.3, "pool": 2.0, "pool+stream+bigchunk": 3.0,
               "pool+bigchunk": 3.0}
@@ -397,36 +401,14 @@ def test_rechecks_are_a_small_share_and_follow_a_change_of_load() -> None:
     paths = [job.call(BCAST, 16 << 20, fixed(after), call)
              for call in range(2 * select.MAX_INTERVAL)]
     assert paths[-1] == code_of("pool+stream")
-    assert paths.index(code_of("pool+stream")) < select.MAX_INTERVAL + 2
+    assert paths.index(code_of("pool+stream")) < select.MAX_INTERVAL + 4 * select.MIN_INTERVAL
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_a_path_fast_only_now_and_then_is_judged_by_its_typical_time(seed: int) -> None:
-    """On a busy machine a pool path may run at its quiet speed in one look
-    and far slower in the next (measured beside a CPU-bound process: a
-    16 MiB Bcast 2.6 or 6.6 ms through the pool, 3.1-3.9 ms on MPI).  Its
-    fastest look must not win: MPI, steadier and faster on the mean, is
-    kept for nearly all calls, and the program's time stays within 10 % of
-    MPI's alone (each pool variant's look is a coin toss here, so now and
-    then one of them wins a re-check by luck, until the next)."""
-    rng = random.Random(seed)
-    mpi, quiet, busy = 3.3e-3, 2.6e-3, 6.6e-3
-    draws: dict[tuple[int, int], float] = {}
-
-    def cost(code: int, call: int) -> float:
-        if code == MPI_PATH:
-            return mpi
-        return draws.setdefault((code, call), quiet if rng.random() < 0.5 else busy)
-
-    job = realistic()
-    paths = [job.call(BCAST, 16 << 20, cost, call) for call in range(6000)]
-    assert paths[1000:].count(MPI_PATH) >= 0.9 * 5000, paths[1000:].count(MPI_PATH)
-    assert job.time <= 1.1 * alone(mpi, 6000, 16 << 20), job.time / alone(mpi, 6000, 16 << 20)
-
-
-def test_mpi_is_rechecked_when_pool_variants_lead() -> None:
+@pytest.mark.parametrize("slow_look", [1.0, 2.0, 3.0])
+def test_mpi_is_rechecked_when_pool_variants_lead(slow_look: float) -> None:
     """Settled on a pool variant with another as the runner-up, the class
-    still re-times stock MPI (every other re-check): when a change of load
+    still re-times stock MPI (at every other re-check), even after one of
+    MPI's looks came out `slow_look` times slower: when a change of load
     makes MPI the faster path, the choice follows it."""
     job = Job(2)
     before = {"mpi": 2.0, "pool+stream": 1.2, "pool": 1.3, "pool+stream+bigchunk": 3.0,
@@ -435,12 +417,85 @@ def test_mpi_is_rechecked_when_pool_variants_lead() -> None:
         job.call(BCAST, 16 << 20, fixed(before), call)
     learner = job.selectors[0].learners[(BCAST, 24, 0)]
     assert (learner.best, learner.runner_up) == (code_of("pool+stream"), code_of("pool"))
+    base, mpi_looks = fixed(before), []
+
+    def cost(code: int, call: int) -> float:
+        if code == MPI_PATH:
+            mpi_looks.append(call)
+            if len(mpi_looks) == 1:
+                return slow_look * before["mpi"]
+        return base(code, call)
+
+    for call in range(3000):
+        job.call(BCAST, 16 << 20, cost, call)
+    assert mpi_looks
     after = dict(before, mpi=0.8)
     paths = [job.call(BCAST, 16 << 20, fixed(after), call)
              for call in range(2 * select.MAX_INTERVAL)]
     assert paths[-1] == MPI_PATH
     assert paths.index(MPI_PATH) < select.MAX_INTERVAL, paths.index(MPI_PATH)
     assert job.decisions()[0] == job.decisions()[1]
+
+
+def test_a_path_fast_only_now_and_then_is_judged_by_its_typical_time() -> None:
+    """On a busy machine a pool path may run at its quiet speed in one look
+    and far slower in the next (measured beside a CPU-bound process: a
+    16 MiB Bcast 2.6 or 6.6 ms through the pool, 3.1-3.9 ms on MPI).  Its
+    fastest look must not win: MPI, steadier and faster on the mean, is
+    kept.  Each pool look is a coin toss here, so now and then a pool
+    variant wins a re-check on a lucky streak of looks; re-checks then
+    stay close together (its looks disagree) and take MPI back.  Over
+    these 20 jobs the mean time stays within 4 % of MPI's alone, exploring
+    included, and none is 10 % slower (with the fastest look kept: 1.37x
+    on the mean; with re-checks spaced out as in quiet times: up to
+    1.13x)."""
+    mpi, quiet, busy = 3.3e-3, 2.6e-3, 6.6e-3
+
+    def busy_machine(seed: int):
+        rng = random.Random(seed)
+        draws: dict[tuple[int, int], float] = {}
+
+        def cost(code: int, call: int) -> float:
+            if code == MPI_PATH:
+                return mpi
+            return draws.setdefault((code, call), quiet if rng.random() < 0.5 else busy)
+        return cost
+
+    ratios, shares = [], []
+    for seed in range(20):
+        cost = busy_machine(seed)
+        job = realistic()
+        paths = [job.call(BCAST, 16 << 20, cost, call) for call in range(6000)]
+        ratios.append(job.time / alone(mpi, 6000, 16 << 20))
+        shares.append(paths[1000:].count(MPI_PATH) / 5000)
+    assert sum(ratios) / len(ratios) <= 1.04, ratios
+    assert max(ratios) <= 1.10, ratios
+    assert sum(shares) / len(shares) >= 0.9, shares
+
+
+def test_an_outlier_look_does_not_lose_the_best_path() -> None:
+    """One look at 50x (a page fault, a descheduled peer) in the fastest
+    path's exploring puts it third by typical time; re-checks look at the
+    other candidates within reach in turn, and the class goes back to it
+    (before: only the runner-up was re-timed, and the class stayed 20 %
+    slower for good)."""
+    pool = code_of("pool")
+    base = fixed({"mpi": 1.3e-3, "pool+stream": 1.2e-3, "pool": 1.0e-3,
+                  "pool+bigchunk": 3e-3, "pool+stream+bigchunk": 3e-3})
+    looks: list[int] = []
+
+    def cost(code: int, call: int) -> float:
+        if code == pool:
+            looks.append(call)
+            if len(looks) == 3:    # its warm-up, its first look, then this
+                return 50e-3
+        return base(code, call)
+
+    job = realistic()
+    paths = [job.call(BCAST, 16 << 20, cost, call) for call in range(20000)]
+    assert len(looks) >= 3 and looks[2] < 1000
+    assert paths[10000:].count(pool) >= 0.99 * 10000
+    assert job.time <= 1.03 * alone(1.0e-3, 20000, 16 << 20), job.time
 
 
 def test_a_call_that_went_to_mpi_before_its_header_teaches_nothing() -> None:
