@@ -251,6 +251,7 @@ class Learner:
         self.ncalls: dict[int, int] = {c: len(v) for c, v in self.samples.items()}
         # the warm-ups' times (real cost, no sample), by kind: through the pool?
         self.warmups: dict[bool, float] = {}
+        self.planned: tuple[int, int | None] | None = None   # (ops, plan(ops))
         # each candidate's latest HISTORY looks (its estimate keeps fewer):
         # whether its time is steady
         self.history: dict[int, list[float]] = {c: list(v) for c, v in self.samples.items()}
@@ -366,14 +367,21 @@ class Learner:
     def plan(self, ops: int) -> int | None:
         """While exploring, at the communicator's call `ops`: the candidate
         to try now; None when exploring waits (`resume`) or is over (the
-        class settles)."""
+        class settles).  A header step asks twice at the same call (for
+        the report it delivered, then for the call it picks a path for):
+        the second answer is the first's, since nothing was learned in
+        between (the bookkeeping runs while every rank waits for it)."""
+        if self.planned is not None and self.planned[0] == ops:
+            return self.planned[1]
         code = self.next_try(ops)
         if code is None and not self.resume:
             self._settle()
+        self.planned = (ops, code)
         return code
 
     def learn(self, code: int, seconds: float) -> None:
         """The slowest rank's time of a learning call that took `code`."""
+        self.planned = None
         self.explored += 1
         if self.phase >= 2:
             self._rechecked(code, seconds)
@@ -415,6 +423,7 @@ class Learner:
         class's calls come between others'; it had counted as taking no
         time at all, 1 ns, and won every comparison).  From then on the
         class's tries are single calls, each timed alone."""
+        self.planned = None
         self.explored += 1
         if self.run_calls > 1:
             self._warmed(code)
