@@ -57,6 +57,7 @@ cdef extern from "cxl_kernels.h" nogil:
         double next_check_s
         long sleep_ns
         int yielding
+        double yield_end_s
     uint64_t cxl_load_acquire(const uint64_t *p)
     void cxl_store_release(uint64_t *p, uint64_t v)
     uint32_t cxl_load32(const uint32_t *p)
@@ -90,7 +91,9 @@ cdef extern from "cxl_kernels.h" nogil:
         int any_tag
         int comm_is_int
         uint64_t calls
-    void cxl_progress_poke(cxl_progress *p)
+        uint64_t busy
+        double idle_s
+    int cxl_progress_poke(cxl_progress *p)
     int cxl_progress_due(uint64_t polls, uint64_t spin_polls)
     uint64_t cxl_flushed_lines
     int cxl_flush_available()

@@ -36,6 +36,24 @@ def test_pool_waits_keep_mpi_progressing(scenario: str, nranks: int) -> None:
     assert result["ok"], result
 
 
+@pytest.mark.parametrize("nranks, coherence", [(2, "auto"), (3, "auto"), (2, "sw")])
+def test_rma_onto_waiting_ranks_keeps_pace(nranks: int, coherence: str) -> None:
+    """Rank 0 makes 200 flushed Accumulates of 1 MiB onto each peer while
+    they wait for it in a pool Barrier.  Each Accumulate moves in packets
+    that each wait for the target's next progress call.  A waiter that
+    called progress once per futex sleep (up to 1 ms) took 0.14 s per
+    Accumulate, 29 s for these, and one that backs off (software
+    coherence, other hosts) 44 ms (stock MPI: 0.08 s for 260 in all): its
+    wait timed out.  It now keeps progressing while MPI has work, and the
+    job completes within the 6 s timeout (0.6-2 s here), with stock's
+    values."""
+    proc = run_mpi(nranks, [OVERLAP, "accumulate"],
+                   env={"CXLMPI_TIMEOUT": "6", "CXLMPI_TUNING": "pool",
+                        "CXLMPI_COHERENCE": coherence}, timeout=120)
+    result = tagged(proc.stdout, "RESULT")
+    assert result["ok"], result
+
+
 @pytest.mark.skipif(bool(os.environ.get("CXLMPI_TEST_OPENMPI")),
                     reason="the control needs a library known to deadlock without it (MPICH)")
 def test_without_progress_the_overlap_deadlocks() -> None:

@@ -7,6 +7,10 @@ progress; they are meanwhile in a pool collective on a wrapped communicator
 (rank 0 joins it afterwards):
 
 - rma:        passive-target RMA (Lock_all, Put, Flush_all, Unlock_all)
+- accumulate: 200 passive-target Accumulates of 1 MiB onto each peer, each
+              flushed: the peers' waits must progress every packet of it
+              (0.14 s per Accumulate when they progressed once per sleep;
+              0.08 s for all under stock MPI)
 - rendezvous: a 4 MiB Send to rank 1, which posted the Irecv earlier
 - ibcast:     a pending 4 MiB Ibcast from the last rank, which rank 0 waits
               for before joining the pool collective
@@ -47,6 +51,22 @@ if scenario == "rma":
     comm.Barrier()      # the others wait here (in the pool) while rank 0 puts
     win.Free()
     ok["rma"] = rank == 0 or mem[0] == 10.0 * rank
+    pooled = "barrier"
+elif scenario == "accumulate":
+    rounds = 200
+    mem = np.zeros(1 << 17)                                  # 1 MiB
+    win = MPI.Win.Create(mem, comm=plain)
+    if rank == 0:
+        ones = np.ones_like(mem)
+        win.Lock_all()
+        for _ in range(rounds):
+            for target in range(1, size):
+                win.Accumulate(ones, target, op=MPI.SUM)
+            win.Flush_all()
+        win.Unlock_all()
+    comm.Barrier()      # the others wait here (in the pool) meanwhile
+    win.Free()
+    ok["accumulate"] = rank == 0 or bool(np.all(mem == rounds))
     pooled = "barrier"
 elif scenario == "rendezvous":
     message = np.arange(1 << 19, dtype=np.float64)          # 4 MiB: rendezvous
