@@ -462,8 +462,8 @@ class Learner:
         make it the faster path while the pool's variants, slowed alike,
         keep their order -- and the other surviving candidates within
         DROP_AFTER_ONE of the best (one look at an outlier may have put
-        the fastest third).  Each re-check's
-        spacing bounds its cost (`_schedule`)."""
+        the fastest third).  Each re-check's spacing bounds its cost
+        (`_schedule`)."""
         unsure = self.unsure()
         if unsure:
             return unsure[0]

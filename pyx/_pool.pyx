@@ -91,7 +91,6 @@ cdef extern from "cxl_kernels.h" nogil:
         int any_tag
         int comm_is_int
         uint64_t calls
-        uint64_t busy
         double idle_s
     int cxl_progress_poke(cxl_progress *p)
     int cxl_progress_due(uint64_t polls, uint64_t spin_polls)

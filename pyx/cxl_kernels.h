@@ -384,7 +384,6 @@ typedef struct {
     int any_tag;
     int comm_is_int;    /* sizeof(MPI_Comm) == sizeof(int) */
     uint64_t calls;     /* progress calls made (stats) */
-    uint64_t busy;      /* ... that found work to do (stats) */
     double idle_s;      /* the quickest call so far: an idle engine's cost */
 } cxl_progress;
 
@@ -411,11 +410,7 @@ static inline int cxl_progress_poke(cxl_progress *p)
             p->any_source, p->any_tag, (void *)p->comm, &flag, status);
     dt = cxl_now_s() - t0;
     if (p->idle_s <= 0.0 || dt < p->idle_s) p->idle_s = dt;
-    if (dt > 2.0 * p->idle_s + CXL_PROGRESS_WORK_S) {
-        p->busy++;
-        return 1;
-    }
-    return 0;
+    return dt > 2.0 * p->idle_s + CXL_PROGRESS_WORK_S;
 }
 
 /* Whether a waiter that has polled `polls` times calls MPI progress now:

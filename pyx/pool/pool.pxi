@@ -768,13 +768,6 @@ cdef class Pool:
         """MPI progress calls made by this pool's waits."""
         return self.st.progress.calls
 
-    @property
-    def progress_busy(self):
-        """Those of `progress_calls` that found MPI work to do (a peer's
-        RMA or rendezvous traffic through this rank): the wait kept
-        progressing after each, yielding the core, instead of sleeping."""
-        return self.st.progress.busy
-
     def ops_address(self):
         """The address of this rank's call counter (pool calls and passed
         ones, numbered alike on every rank), for cxlmpi._shim's routes,
