@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+import threading
 import time
 from typing import Any
 
@@ -35,7 +36,7 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only", "probe", "routes", "machine", "hosts")
+    __slots__ = ("pool", "error", "only", "probe", "routes", "machine", "hosts", "key")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None) -> None:
@@ -52,6 +53,9 @@ class _State:
         self.hosts: int = getattr(pool, "hosts", 1)
         if isinstance(pool, Hierarchy):
             self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
+        # which later communicator may take it over once this one is freed
+        # (_spare): None where none may
+        self.key: tuple | None = None
 
     def close(self) -> None:
         remember(self)
@@ -79,7 +83,78 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
     # which must never find this one's (closed) pool.
     if _states.get(comm.handle) is state:
         del _states[comm.handle]
-    state.free()
+    _spare(state)
+
+
+# The pool states of freed communicators, kept for the next communicator of
+# the same processes in the same order (with the same settings): a new pool
+# reserves and maps CXLMPI_POOL_SIZE bytes of fresh memory, tens of
+# milliseconds (0.25 s for a 64 MiB pool of 2 ranks on a VM), which a
+# program that duplicates and frees a communicator per solve or per layer
+# would pay every time.  The state moves over whole -- pool, progress probe,
+# what adaptive selection learned -- so the next communicator starts where
+# the last one stopped.  Its control lines carry on from the last step:
+# every rank freed the old communicator after finishing the same pool calls
+# on it, so they are in step.  Per membership, the latest SPARES.
+_spares: dict[tuple, list[_State]] = {}
+_spares_lock = threading.Lock()
+SPARES = 4
+
+
+def _spare(state: _State) -> None:
+    """Keep the state of a communicator being freed for a later one (a
+    healthy pool of one host), or let go of it."""
+    pool = state.pool
+    if state.key is None or state.error is not None or not isinstance(pool, Pool) \
+            or pool.identity is None:
+        state.free()
+        return
+    remember(state)
+    with _spares_lock:
+        kept = _spares.setdefault(state.key, [])
+        kept.append(state)
+        old = kept.pop(0) if len(kept) > SPARES else None
+    if old is not None:
+        old.free()
+
+
+def _membership(comm: MPI.Intracomm, cfg: config.Config) -> tuple | None:
+    """What a spare pool state must have been made for to serve `comm`: its
+    ranks' COMM_WORLD ranks in order, and the settings; None for a
+    communicator with processes from outside COMM_WORLD (spawned)."""
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+    finally:
+        group.Free()
+        world.Free()
+    if MPI.UNDEFINED in ranks:
+        return None
+    return (tuple(ranks), cfg)
+
+
+def _take_spare(comm: MPI.Intracomm, key: tuple | None) -> _State | None:
+    """Collective: a spare state that every rank of `comm` holds (the same
+    pool, by its identity), taken out of the spares, or None on every rank.
+    A rank that freed the old communicator has finished its calls on it, so
+    when all offer the same pool none of them is still inside one.  What a
+    rank offers is set aside while the ranks agree: a thread setting up
+    another communicator at the same time cannot offer it too (the two
+    would end up sharing one pool)."""
+    with _spares_lock:
+        offered = _spares.pop(key, []) if key is not None else []
+    state = None
+    try:
+        offers = agree.allgather(comm, [s.pool.identity for s in offered])
+        common = set(offers[0]).intersection(*offers[1:])
+        pick = min(common) if common else None
+        state = next((s for s in offered if s.pool.identity == pick), None)
+    finally:
+        rest = [s for s in offered if s is not state]
+        if rest:
+            with _spares_lock:
+                _spares.setdefault(key, [])[:0] = rest
+    return state
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
@@ -93,7 +168,7 @@ def _close_at_exit() -> None:
     runs before cxlmpi.backends closes the devices (atexit is last in, first
     out); pool arrays still alive keep their memory until the process ends
     (Pool.detach).  In a child made by fork() it touches nothing shared."""
-    for state in list(_states.values()):
+    for state in [*_states.values(), *(s for kept in _spares.values() for s in kept)]:
         remember(state)
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
@@ -112,9 +187,24 @@ def _state_for(comm: MPI.Intracomm) -> _State:
     lower-case (object) collectives must not come back here.  A pool that
     /dev/shm (or the pool file) cannot hold leaves the communicator with MPI
     alone, with one warning, and so does a pool device or file without room
-    for another partition (every rank sees the same error: all agree)."""
-    global _warned_no_room
+    for another partition (every rank sees the same error: all agree).  A
+    freed communicator's state of the same ranks is taken over when every
+    rank holds it (_spares)."""
     plain = MPI.Intracomm(comm)
+    cfg = config.get()
+    key = _membership(plain, cfg)
+    state = _take_spare(plain, key)
+    if state is None:
+        state = _new_state(plain, cfg)
+        state.key = key
+    _states[comm.handle] = state
+    comm.Set_attr(_KEYVAL, state)
+    return state
+
+
+def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
+    """Collective: a new pool state for the communicator behind `plain`."""
+    global _warned_no_room
     try:
         pool = create_pool(plain)
     except CXLMPIPoolError as exc:
@@ -131,12 +221,9 @@ def _state_for(comm: MPI.Intracomm) -> _State:
         else:
             raise
         pool = None
-    cfg = config.get()
     state = _State(pool, progress.attach(pool, plain) if cfg.progress else None)
     if cfg.adaptive and pool is not None:
         _learn(state, pool, plain, cfg)
-    _states[comm.handle] = state
-    comm.Set_attr(_KEYVAL, state)
     return state
 
 

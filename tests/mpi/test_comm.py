@@ -70,6 +70,71 @@ def test_free_releases_pool(comm):
     agree(handle not in states and (had_state or SIZE == 1), "state released on Free")
 
 
+def _checked(new, seed: int) -> None:
+    """Allreduce, Bcast and Allgather on `new` against stock on the same
+    data (integers: the sums are exact in any order)."""
+    plain = MPI.Intracomm(new)
+    data = make_data(np.int64, 40000, seed)
+    want, got = np.zeros_like(data), np.zeros_like(data)
+    plain.Allreduce(data, want)
+    new.Allreduce(data, got)
+    agree(np.array_equal(got, want), "Allreduce on a new communicator")
+    want = data.copy() if RANK == 0 else np.zeros_like(data)
+    got = want.copy()
+    plain.Bcast(want)
+    new.Bcast(got)
+    agree(np.array_equal(got, want), "Bcast on a new communicator")
+    want, got = np.zeros(data.size * SIZE, np.int64), np.zeros(data.size * SIZE, np.int64)
+    plain.Allgather(data, want)
+    new.Allgather(data, got)
+    agree(np.array_equal(got, want), "Allgather on a new communicator")
+
+
+def test_a_freed_communicators_pool_passes_to_the_next(comm):
+    """A communicator duplicated and freed per solve: the next one of the
+    same ranks takes a freed one's pool over (no new pool set up), whatever
+    order the ranks freed them in, never one that a rank still uses; every
+    result matches stock MPI on the same data."""
+    from cxlmpi._shim import states
+
+    from cxlmpi import state as states_module
+
+    def identity(c):
+        state = states.get(c.handle)
+        return state.pool.identity if state is not None and isinstance(state.pool, Pool) \
+            else None
+
+    def spare_ids():
+        spares = getattr(states_module, "_spares", {})
+        return {s.pool.identity for kept in spares.values() for s in kept}
+
+    a, b = comm.Dup(), comm.Dup()
+    _checked(a, 31)
+    _checked(b, 32)
+    flat = identity(a) is not None   # (pools of several groups are not passed on)
+    agree(flat == (SIZE > 1 and pool_groups() == (1, SIZE)), "a flat pool")
+    first, second = (a, b) if RANK % 2 == 0 else (b, a)
+    first.Free()
+    second.Free()
+    kept = spare_ids()
+    c = comm.Dup()
+    _checked(c, 33)
+    agree(not flat or identity(c) in kept, "the next Dup took over a freed pool")
+    # rank 0 frees d while the others still use it: e must get another pool
+    d = comm.Dup()
+    _checked(d, 34)
+    used = identity(d)
+    if RANK == 0:
+        d.Free()
+    e = comm.Dup()
+    _checked(e, 35)
+    agree(not flat or identity(e) != used, "a pool still in use is not taken over")
+    if RANK != 0:
+        d.Free()
+    c.Free()
+    e.Free()
+
+
 def test_free_by_plain_object_releases_pool(comm):
     """Freed through an unwrapped object: the MPI attribute cleans up."""
     from cxlmpi._shim import states
