@@ -210,13 +210,33 @@ def _settle(comm: MPI.Intracomm, pool: Pool, local: int) -> bool:
     return agreed != 0 and agreed - 1 >= config.get().floor(pool.hosts > 1)
 
 
-def _items(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
-    """The per-destination objects of scatter/alltoall, as stock reads them."""
+def _items(comm: MPI.Intracomm, sendobj: Any) -> tuple[list[_Payload] | None, Any]:
+    """The pickled per-destination objects of scatter/alltoall, as stock
+    reads them, and what to hand stock mpi4py if the call goes there (an
+    iterator is read once, here).  None where stock would raise (not one
+    object per rank, one that does not pickle): the rank then declines the
+    pool, every rank passes through, and stock raises its own error on that
+    rank while the others wait as they would under stock MPI -- never a
+    peer waiting in the pool for a rank that left."""
     size = comm.Get_size()
-    items = [None] * size if sendobj is None else list(sendobj)
+    try:
+        items = [None] * size if sendobj is None else list(sendobj)
+    except TypeError:
+        return None, sendobj
     if len(items) != size:
-        raise ValueError(f"expecting {size} items, got {len(items)}")
-    return items
+        return None, items
+    try:
+        return [_Payload(x) for x in items], items
+    except Exception:
+        return None, items
+
+
+def _pickled(obj: Any) -> _Payload | None:
+    """`obj` pickled, or None where it does not pickle (see _items)."""
+    try:
+        return _Payload(obj)
+    except Exception:
+        return None
 
 
 def _u64(values: list[int]) -> tuple[array, list[int]]:
@@ -234,8 +254,8 @@ def _gather(comm: MPI.Intracomm, pool: Pool, sendobj: Any, root: int,
     (the list on readers, None elsewhere; the bytes of every rank's frame
     together), or _STOCK when settled for MPI."""
     size, rank = comm.Get_size(), comm.Get_rank()
-    payload = _Payload(sendobj)
-    if not _settle(comm, pool, payload.nbytes + 1):
+    payload = _pickled(sendobj)
+    if not _settle(comm, pool, payload.nbytes + 1 if payload is not None else 0):
         return _STOCK
     # Frame sizes to every rank: the readers need each, all need the largest.
     mine, mine_addr = _u64([payload.frame_nbytes])
@@ -271,8 +291,9 @@ def _fold(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
 def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
     """Broadcast through the pool: (the object, the frame's bytes), or
     _STOCK when settled for MPI."""
-    payload = _Payload(obj) if comm.Get_rank() == root else None
-    if not _settle(comm, pool, payload.nbytes + 1 if payload is not None else 1):
+    mine = comm.Get_rank() == root
+    payload = _pickled(obj) if mine else None
+    if not _settle(comm, pool, payload.nbytes + 1 if payload is not None else int(not mine)):
         return _STOCK
     size, size_addr = _u64([payload.frame_nbytes if payload is not None else 0])
     run_pool(comm, pool, "bcast", size_addr[0], 8, root)
@@ -335,12 +356,11 @@ def scatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> Any:
         _passed("scatter", t0)
         return out
     size, rank = comm.Get_size(), comm.Get_rank()
+    payloads: list[_Payload] | None = None
+    local = 1
     if rank == r:
-        sendobj = _items(comm, sendobj)  # an iterator is read once, here
-        payloads: list[_Payload] | None = [_Payload(x) for x in sendobj]
-    else:
-        payloads = None
-    local = 1 + max(p.nbytes for p in payloads) if payloads is not None else 1
+        payloads, sendobj = _items(comm, sendobj)
+        local = 1 + max(p.nbytes for p in payloads) if payloads is not None else 0
     if not _settle(comm, pool, local):
         out = _Stock.scatter(comm, sendobj, root)
         _passed("scatter", t0)
@@ -376,9 +396,8 @@ def alltoall(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
         _passed("alltoall", t0)
         return out
     size, rank = comm.Get_size(), comm.Get_rank()
-    sendobj = _items(comm, sendobj)  # an iterator is read once, here
-    payloads = [_Payload(x) for x in sendobj]
-    if not _settle(comm, pool, 1 + max(p.nbytes for p in payloads)):
+    payloads, sendobj = _items(comm, sendobj)
+    if not _settle(comm, pool, 1 + max(p.nbytes for p in payloads) if payloads else 0):
         out = _Stock.alltoall(comm, sendobj)
         _passed("alltoall", t0)
         return out

@@ -466,3 +466,44 @@ def test_absurd_counts_raise_on_every_rank() -> None:
     assert job.returncode == 0, job.describe()
     checks = tagged_json(job.stdout, "CHECKS")
     assert [name for name, ok in checks.items() if not ok] == [], job.describe()
+
+
+# ---------------------------------- h. objects that one rank cannot send
+
+OBJECTS_ERRORS = "tests/scripts/objects_errors.py"
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_an_object_one_rank_cannot_send_fails_there_as_stock(nranks: int) -> None:
+    """With CXLMPI_OBJECTS=1, a scatter list of the wrong length on the
+    root, an alltoall list of the wrong length on one rank, an object that
+    does not pickle in a gather or at a bcast's root: that rank raises
+    stock mpi4py's own error, and the others wait in MPI, as under stock,
+    where the raising rank's repeat of the call on the plain communicator
+    gives them its data.  Before, that rank raised while the others waited
+    in the pool's header step, and they were told it had died."""
+    env = {"CXLMPI_OBJECTS": "1", "CXLMPI_TIMEOUT": "20"}
+    job = launch_mpi(nranks, [OBJECTS_ERRORS], env=env, timeout=TIMEOUT)
+    assert job.returncode == 0 and not job.timed_out, job.describe()
+    results = tagged_json(job.stdout, "RESULT")
+
+    def item(q: int) -> list:
+        return [65536, f"{q % 251:02x}"]
+
+    expected = {   # (the rank that cannot send, what each rank receives)
+        "scatter: root's list one too long": (0, [item(q) for q in range(nranks)]),
+        "alltoall: one rank's list one too short":
+            (nranks - 1, [[item(q) for q in range(nranks)]] * nranks),
+        "gather: one rank's object does not pickle":
+            (nranks - 1, [[item(q) for q in range(nranks)]] + [None] * (nranks - 1)),
+        "bcast: the root's object does not pickle": (0, [item(7)] * nranks),
+    }
+    for case, (bad, got) in expected.items():
+        per_rank = results[case]
+        for q, (error, stock_error, received) in enumerate(per_rank):
+            if q == bad:
+                assert error is not None and error == stock_error, (case, per_rank)
+            else:
+                assert error is None, (case, per_rank)
+            assert received == got[q], (case, per_rank)
+    assert results["allgather after"] == [True] * nranks
