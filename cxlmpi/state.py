@@ -23,7 +23,7 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
-from .group import create_pool, detach_heap
+from .group import create_pool, detach_heap, node_heap
 from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
 from .hierarchy import Hierarchy
 
@@ -95,8 +95,10 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
 # what adaptive selection learned -- so the next communicator starts where
 # the last one stopped.  Its control lines carry on from the last step:
 # every rank freed the old communicator after finishing the same pool calls
-# on it, so they are in step.  Per membership, the latest SPARES.
-_spares: dict[tuple, list[_State]] = {}
+# on it, so they are in step.  The latest SPARES of the process, oldest
+# first; a pool that cannot be set up for want of memory or room lets them
+# all go and tries again.
+_spares: list[_State] = []
 _spares_lock = threading.Lock()
 SPARES = 4
 
@@ -111,16 +113,36 @@ def _spare(state: _State) -> None:
         return
     remember(state)
     with _spares_lock:
-        kept = _spares.setdefault(state.key, [])
-        kept.append(state)
-        old = kept.pop(0) if len(kept) > SPARES else None
-    if old is not None:
-        old.free()
+        _spares.append(state)
+        old = _trim()
+    for spare in old:
+        spare.free()
+
+
+def _trim() -> list[_State]:
+    """(under _spares_lock) Drop the oldest spares beyond SPARES; returns
+    them, to be freed outside the lock."""
+    extra = len(_spares) - SPARES
+    if extra <= 0:
+        return []
+    old = _spares[:extra]
+    del _spares[:extra]
+    return old
+
+
+def _let_spares_go() -> bool:
+    """Free every spare of this process; whether there were any."""
+    with _spares_lock:
+        old = _spares[:]
+        _spares.clear()
+    for spare in old:
+        spare.free()
+    return bool(old)
 
 
 def _membership(comm: MPI.Intracomm, cfg: config.Config) -> tuple | None:
     """What a spare pool state must have been made for to serve `comm`: its
-    ranks' COMM_WORLD ranks in order, and the settings; None for a
+    ranks' COMM_WORLD ranks in order, and the settings' values; None for a
     communicator with processes from outside COMM_WORLD (spawned)."""
     group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
     try:
@@ -130,7 +152,15 @@ def _membership(comm: MPI.Intracomm, cfg: config.Config) -> tuple | None:
         world.Free()
     if MPI.UNDEFINED in ranks:
         return None
-    return (tuple(ranks), cfg)
+    return tuple(ranks), tuple(sorted(cfg.as_dict().items()))
+
+
+def _offerable(state: _State, key: tuple, heap: Pool | None) -> bool:
+    """Whether `state` may serve a communicator of `key`: made for the same
+    ranks and settings, and sharing the node heap if there is one now (a
+    pool made before the heap has arenas of its own: pool arrays of the
+    heap would not be zero-copy on it, as they are on a new pool)."""
+    return state.key == key and (heap is None or state.pool.heap is not state.pool)
 
 
 def _take_spare(comm: MPI.Intracomm, key: tuple | None) -> _State | None:
@@ -141,8 +171,11 @@ def _take_spare(comm: MPI.Intracomm, key: tuple | None) -> _State | None:
     rank offers is set aside while the ranks agree: a thread setting up
     another communicator at the same time cannot offer it too (the two
     would end up sharing one pool)."""
+    heap = node_heap()
     with _spares_lock:
-        offered = _spares.pop(key, []) if key is not None else []
+        offered = [s for s in _spares if key is not None and _offerable(s, key, heap)]
+        for s in offered:
+            _spares.remove(s)
     state = None
     try:
         offers = agree.allgather(comm, [s.pool.identity for s in offered])
@@ -151,9 +184,15 @@ def _take_spare(comm: MPI.Intracomm, key: tuple | None) -> _State | None:
         state = next((s for s in offered if s.pool.identity == pick), None)
     finally:
         rest = [s for s in offered if s is not state]
+        old = []
         if rest:
             with _spares_lock:
-                _spares.setdefault(key, [])[:0] = rest
+                _spares[:0] = rest
+                old = _trim()
+        for spare in old:
+            spare.free()
+    if state is not None and state.routes is not None:
+        state.routes.break_run()   # (a run timed end to end stops at the Free)
     return state
 
 
@@ -168,7 +207,9 @@ def _close_at_exit() -> None:
     runs before cxlmpi.backends closes the devices (atexit is last in, first
     out); pool arrays still alive keep their memory until the process ends
     (Pool.detach).  In a child made by fork() it touches nothing shared."""
-    for state in [*_states.values(), *(s for kept in _spares.values() for s in kept)]:
+    with _spares_lock:
+        spares = _spares[:]
+    for state in [*_states.values(), *spares]:
         remember(state)
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
@@ -202,11 +243,24 @@ def _state_for(comm: MPI.Intracomm) -> _State:
     return state
 
 
+def _create(plain: MPI.Intracomm) -> Pool | Hierarchy | None:
+    """Collective: create_pool, and once more after the spares are let go
+    where they may hold the memory or the partitions it found none of (the
+    error is raised on every rank alike) and any rank had some."""
+    try:
+        return create_pool(plain)
+    except CXLMPIPoolError as exc:
+        short = NO_SPACE in str(exc) or NO_ROOM in str(exc)
+        if not (short and any(agree.allgather(plain, _let_spares_go()))):
+            raise
+    return create_pool(plain)
+
+
 def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
     """Collective: a new pool state for the communicator behind `plain`."""
     global _warned_no_room
     try:
-        pool = create_pool(plain)
+        pool = _create(plain)
     except CXLMPIPoolError as exc:
         if NO_SPACE in str(exc):
             warn_no_space("a communicator's pool (its collectives go to MPI)",
@@ -292,7 +346,10 @@ def _describe(call: tuple, variants: bool) -> str:
 
 def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
     """The error of a call whose ranks disagree (every rank raises it; the
-    pool stays usable: every rank stopped at the same step)."""
+    pool stays usable: every rank stopped at the same step).  It is not
+    passed on to a later communicator once this one is freed: a rank that
+    passed the call to MPI may have counted calls differently."""
+    state.key = None
     name = comm.Get_name() or f"communicator {comm.handle:#x}"
     head = (f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
             f"{comm.Get_size()}): the ranks' calls do not match: ")

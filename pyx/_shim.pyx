@@ -1611,6 +1611,12 @@ cdef class Routes:
         """End the run in flight (after a header step every rank completed)."""
         self.run_which = -1
 
+    def break_run(self):
+        """The next call of a run timed end to end starts its timing afresh
+        (the communicator changed in between: a freed one's pool taken
+        over; the same on every rank)."""
+        self.run_last = 0.0
+
     def placement(self, int which, int sc):
         return self.where[which][sc]
 

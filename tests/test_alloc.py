@@ -71,9 +71,10 @@ def test_forked_child_never_touches_the_parent_pool(pool: str, tmp_path) -> None
             assert got["attached"] == [0, 1], (rank, got)
 
 
-def _small_shm_job(env: dict[str, str], args: list[str] | None = None
+def _small_shm_job(env: dict[str, str], args: list[str] | None = None,
+                   runner: tuple[str, ...] = ("-m", "cxlmpi", "--alloc")
                    ) -> subprocess.CompletedProcess:
-    """The job of `python -m cxlmpi --alloc` with `args` (default
+    """The job of `python -m cxlmpi --alloc` (`runner`) with `args` (default
     tests/scripts/small_shm.py) on 2 ranks in a private mount namespace
     whose /dev/shm is a 64 MiB tmpfs (Docker's default)."""
     if shutil.which("unshare") is None:
@@ -83,8 +84,7 @@ def _small_shm_job(env: dict[str, str], args: list[str] | None = None
                            capture_output=True)
     if probe.returncode != 0:
         pytest.skip("private mount namespaces are not permitted here")
-    cmd = " ".join(shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, "-m",
-                                            "cxlmpi", "--alloc",
+    cmd = " ".join(shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, *runner,
                                             *(args or ["tests/scripts/small_shm.py"])])
     return subprocess.run(
         ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {cmd}"],
@@ -104,6 +104,21 @@ def test_small_dev_shm_never_sigbus(pool_size: str) -> None:
     warnings = [x for x in out.stderr.splitlines() if x.startswith("cxlmpi: warning")]
     assert 1 <= len(warnings) <= 2, out.stderr[-4000:]
     assert "shared memory" in warnings[0], warnings
+
+
+def test_a_kept_pool_makes_room_for_a_new_one() -> None:
+    """On a 64 MiB /dev/shm with 40 MiB pools, a freed communicator's pool
+    (kept for the next communicator of the same ranks) is let go when
+    another set of ranks needs a pool that does not fit beside it: that
+    communicator's Allreduce still goes through the pool, with no warning,
+    and equals stock's.  Before, it found no room and went to MPI."""
+    out = _small_shm_job({"CXLMPI_POOL_SIZE": "40M", "CXLMPI_TUNING": "pool",
+                          "CXLMPI_ARENA_SIZE": "0", "CXLMPI_TIMEOUT": "60"},
+                         ["tests/scripts/spare_room.py"], runner=())
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("SPARE ")]
+    assert json.loads(line[len("SPARE "):]) == {"ok": True, "pool": 2}, line
+    assert "cxlmpi: warning" not in out.stderr, out.stderr[-4000:]
 
 
 @pytest.mark.parametrize("pool_size", ["64M", "4M"])
