@@ -221,7 +221,7 @@ def _items(comm: MPI.Intracomm, sendobj: Any) -> tuple[list[_Payload] | None, An
     size = comm.Get_size()
     try:
         items = [None] * size if sendobj is None else list(sendobj)
-    except TypeError:
+    except Exception:   # (stock reads what is left, and raises on this rank too)
         return None, sendobj
     if len(items) != size:
         return None, items
