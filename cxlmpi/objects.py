@@ -223,12 +223,8 @@ def _items(comm: MPI.Intracomm, sendobj: Any) -> tuple[list[_Payload] | None, An
         items = [None] * size if sendobj is None else list(sendobj)
     except Exception:   # (stock reads what is left, and raises on this rank too)
         return None, sendobj
-    if len(items) != size:
-        return None, items
-    try:
-        return [_Payload(x) for x in items], items
-    except Exception:
-        return None, items
+    payloads = [_pickled(x) for x in items] if len(items) == size else [None]
+    return (None if None in payloads else payloads), items
 
 
 def _pickled(obj: Any) -> _Payload | None:
@@ -291,9 +287,11 @@ def _fold(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
 def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
     """Broadcast through the pool: (the object, the frame's bytes), or
     _STOCK when settled for MPI."""
-    mine = comm.Get_rank() == root
-    payload = _pickled(obj) if mine else None
-    if not _settle(comm, pool, payload.nbytes + 1 if payload is not None else int(not mine)):
+    payload, local = None, 1          # (1: no opinion)
+    if comm.Get_rank() == root:
+        payload = _pickled(obj)
+        local = payload.nbytes + 1 if payload is not None else 0
+    if not _settle(comm, pool, local):
         return _STOCK
     size, size_addr = _u64([payload.frame_nbytes if payload is not None else 0])
     run_pool(comm, pool, "bcast", size_addr[0], 8, root)
@@ -397,7 +395,8 @@ def alltoall(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
         return out
     size, rank = comm.Get_size(), comm.Get_rank()
     payloads, sendobj = _items(comm, sendobj)
-    if not _settle(comm, pool, 1 + max(p.nbytes for p in payloads) if payloads else 0):
+    if not _settle(comm, pool,
+                   1 + max(p.nbytes for p in payloads) if payloads is not None else 0):
         out = _Stock.alltoall(comm, sendobj)
         _passed("alltoall", t0)
         return out
