@@ -629,8 +629,11 @@ def first_run(sc: int) -> int:
     alone, and exploring begins after them, paid as it goes."""
     if run_length(sc) <= 1:
         return 0
-    # (at least a run timed end to end: the untimed opening call and two)
-    return max(3, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
+    # (at least a run timed end to end: the untimed opening call, the
+    # next -- ranks leave the cold opening call apart, and the next call's
+    # time on the early rank holds the gap (cxlmpi._shim.Routes.run_skip)
+    # -- and two)
+    return max(4, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
 
 
 class Selector:

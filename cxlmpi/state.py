@@ -422,6 +422,18 @@ def pool_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
     return _states[comm.handle].pool
 
 
+def fresh_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
+    """`pool_state`, set up afresh and kept to `comm`: no freed
+    communicator's state is taken over, and this one's is not passed on
+    when it is freed -- what it learned, or a path a benchmark pinned it
+    to, must not carry over to the next (collective, before `comm`'s first
+    pool call)."""
+    _let_spares_go()
+    pool = pool_state(comm)
+    _states[comm.handle].key = None
+    return pool
+
+
 def arena_pool(comm: MPI.Intracomm | None) -> Pool | None:
     """The pool whose arenas hold `comm`'s pool-resident arrays -- the node
     heap its pool (its group's, when it spans several) shares, or that

@@ -1552,6 +1552,13 @@ cdef class Routes:
     cdef uint64_t spent_ns
     cdef bint run_span
     cdef bint run_new     # opened by a class's first call, no header step (NEW)
+    # Intervals of the run that restart its timing instead of counting: a
+    # NEW run's first, after the class's cold first call.  Ranks leave a
+    # cold call apart (a 1 MiB Scatter's first under MPICH, 2 ranks: the
+    # root 0.4-0.6 ms after the other, which waits that long in the next
+    # call): counted, MPI's first look came out 3-5x its later calls' time
+    # (350 against 70-100 us), and the class dropped it after one look.
+    cdef int run_skip
     cdef double run_seconds, run_last
     cdef uint64_t run_last_ops
     cdef long run_calls
@@ -1592,6 +1599,7 @@ cdef class Routes:
         self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
         self.run_span = due > self.ops_ptr[0] + 1
         self.run_new = False
+        self.run_skip = 0
         self.run_seconds = self.run_last = 0.0
         self.run_calls = 0
 
@@ -1653,8 +1661,11 @@ cdef inline void run_ended_call(Routes r) noexcept:
     """A call of a run timed end to end has ended (see Routes.run_span)."""
     cdef double end = now()
     if r.run_last > 0 and r.ops_ptr[0] == r.run_last_ops + 1:
-        r.run_seconds += end - r.run_last
-        r.run_calls += 1
+        if r.run_skip > 0:
+            r.run_skip -= 1
+        else:
+            r.run_seconds += end - r.run_last
+            r.run_calls += 1
     r.run_last = end
     r.run_last_ops = r.ops_ptr[0]
 
@@ -1712,6 +1723,7 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
         # opens its run again), not of a run the selector waits for.
         r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl])
         r.run_new = True
+        r.run_skip = 1
         learning = True
         return 0
     cdef bint resident = (a != 0 and nbytes >= r.zc_min and in_arenas(r, a, an)

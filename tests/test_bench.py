@@ -229,3 +229,23 @@ def test_plot_written_and_one_rank_is_singular(tmp_path: Path) -> None:
     assert "# 1 rank," in proc.stdout, proc.stdout
     if has_plot:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_learning_starts_afresh_every_round() -> None:
+    """--learning: every round's learning communicator learns from nothing,
+    though the communicators before it were pinned to a path and freed
+    (their pool state passes to the next Dup of the same ranks): each
+    round has learning calls (a pin carried over had none)."""
+    proc = run_mpi(2, ["-m", "cxlmpi.bench", "--ops", "Allreduce,Bcast", "--sizes", "64K",
+                       "--learning", "24", "--rounds", "3", "--quiet"],
+                   env={**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off"},
+                   timeout=TIMEOUT)
+    rows = [line.split() for line in proc.stdout.splitlines()
+            if line.startswith(("Allreduce ", "Bcast "))]
+    assert len(rows) == 2, proc.stdout
+    for row in rows:
+        counts = [int(n) for n in row[-2].split("/")]
+        assert len(counts) == 3 and min(counts) > 0, proc.stdout
+    pinned = _bench(2, ["--ops", "Bcast", "--sizes", "64K", "--learning", "5"], check=False)
+    assert pinned.returncode != 0 and "--learning measures adaptive selection" in \
+        pinned.stderr, pinned.stderr

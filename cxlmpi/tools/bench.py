@@ -873,9 +873,11 @@ def _first_calls(op: Collective, requested: int, kind: str, calls: int, stamp: b
     size = op.message_size(requested, nranks)
     nsend, nrecv = op.counts(size // op.itemsize, nranks)
     total = max(nsend, nrecv) * op.itemsize
-    from cxlmpi.state import pool_state
+    from cxlmpi.state import fresh_state
 
-    pool_state(wrapped)   # the pool's set-up is not the class's learning
+    # The pool's set-up is not the class's learning; and neither a freed
+    # communicator's learning nor its pin may carry over (state._spares).
+    fresh_state(wrapped)
     bufs = make_buffers(op, size // op.itemsize, kind, wrapped)
     if pin is not None:
         routes = _shim_states().get(wrapped.handle).routes
@@ -909,18 +911,20 @@ def learning_cost(op: Collective, requested: int, kind: str, calls: int,
     the learning one first and last in turn (whichever comes first meets
     the process's first calls of the size): on rank 0, the medians, the
     ratio to the faster pinned one (the best path alone), what settled
-    (in the first round)."""
+    (in the first round), each round's learning calls."""
     firsts: list[float] = []
     alone: dict[str, list[float]] = {"mpi": []}
-    learned, choice = 0, None
+    learned: list[int] = []
+    choice = None
     for i in range(rounds):
         if i % 2:
             alone["mpi"].append(_first_calls(op, requested, kind, calls, stamp,
                                              select.MPI_PATH)[0])
         first, n, seen = _first_calls(op, requested, kind, calls, stamp, None)
         firsts.append(first)
+        learned.append(n)
         if i == 0:
-            learned, choice = n, seen
+            choice = seen
             if choice is not None and choice != "mpi":
                 alone[choice] = []
         if not i % 2:
@@ -956,7 +960,8 @@ def run_learning(args: argparse.Namespace, ops: Sequence[Collective],
             chosen = r["alone_s"].get(r["choice"] or "mpi", r["alone_s"]["mpi"])
             rows.append([r["op"], format_size(r["size"]), f"{r['first_s'] * 1e3:.3f}",
                          f"{r['alone_s']['mpi'] * 1e3:.3f}", f"{chosen * 1e3:.3f}",
-                         f"{r['ratio']:.3f}", str(r["learning_calls"]), r["choice"] or "-"])
+                         f"{r['ratio']:.3f}", "/".join(map(str, r["learning_calls"])),
+                         r["choice"] or "-"])
     progress.close()
     if world.Get_rank() == 0:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -965,7 +970,8 @@ def run_learning(args: argparse.Namespace, ops: Sequence[Collective],
         lines.insert(1, "  ".join("-" * w for w in widths))
         print("\n".join(lines))
         print(f"# each on a fresh communicator, first {args.learning} calls, medians of "
-              f"{args.rounds} rounds; ratio = learning / the faster path alone "
+              f"{args.rounds} rounds (learning calls: each round's); "
+              f"ratio = learning / the faster path alone "
               f"(CXLMPI_TUNING={config.get().tuning}, {args.buffers} buffers)", flush=True)
     return 0
 
@@ -978,6 +984,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         ops = _op_list(args.ops)
         sizes = size_list(args.sizes, args.min_size, args.max_size)
         check_counts(args)
+        if args.learning and not config.get().adaptive:
+            raise ValueError(f"--learning measures adaptive selection, which "
+                             f"CXLMPI_TUNING={config.get().tuning} pins: unset it")
         if args.buffers != "pool" and any(op.name == "Bcast_view" for op in ops):
             raise ValueError("Bcast_view broadcasts a pool array by reference: "
                              "use --buffers pool")
