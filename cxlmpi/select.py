@@ -269,12 +269,21 @@ class Learner:
         extra cost counts against exploring's budget) -- but for the
         class's first call, which the best path alone would pay as well:
         where runs are timed end to end it opens the first look's run (its
-        own time is never timed there), one learning call for both, whose
-        header step and bookkeeping cost many cheap calls."""
+        own time is never timed there, nor the next call's, which holds
+        the ranks' gap from leaving it: `opens_cold`), one learning call
+        for both, whose header step and bookkeeping cost many cheap
+        calls."""
         if self.warming(code):
-            first = not (self.warm_pool or self.warm_mpi)
-            return 1 + min(2, self.run_len) if first and self.run_len > 1 else 1
+            if self.opens_cold(code):
+                return 2 + min(2, self.run_len)
+            return 1
         return min(2, self.run_len) if code in self.unsure() else self.run_len
+
+    def opens_cold(self, code: int) -> bool:
+        """Whether a try of `code` now opens with the class's first, cold
+        call and goes on end to end (cxlmpi._shim.Routes.run_skip)."""
+        return self.warming(code) and not (self.warm_pool or self.warm_mpi) \
+            and self.run_len > 1
 
     def unsure(self) -> list[int]:
         """The candidates a re-check looks at before the runner-up: never
@@ -776,7 +785,7 @@ class Selector:
         learner.run_calls = calls
         # (the next `calls` calls of the communicator: fewer of the class's
         # own when others come between -- the run's mean is per call timed)
-        self.routes.start_run(which, sc, pl, code, ops + calls)
+        self.routes.start_run(which, sc, pl, code, ops + calls, int(learner.opens_cold(code)))
         return code
 
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,

@@ -424,10 +424,13 @@ def pool_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
 
 def fresh_state(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
     """`pool_state`, set up afresh and kept to `comm`: no freed
-    communicator's state is taken over, and this one's is not passed on
-    when it is freed -- what it learned, or a path a benchmark pinned it
-    to, must not carry over to the next (collective, before `comm`'s first
-    pool call)."""
+    communicator's state is taken over (this process's spares are let go,
+    whichever ranks they were for), and this one's is not passed on when
+    it is freed -- what it learned, or a path a benchmark pinned it to,
+    must not carry over to the next; what it learns still goes to the
+    selection cache unless CXLMPI_CACHE is off.  Collective over `comm`,
+    before its first pool call; for a communicator of every rank (as the
+    benchmark's), whose ranks hold the same spares."""
     _let_spares_go()
     pool = pool_state(comm)
     _states[comm.handle].key = None

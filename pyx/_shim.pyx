@@ -1552,12 +1552,13 @@ cdef class Routes:
     cdef uint64_t spent_ns
     cdef bint run_span
     cdef bint run_new     # opened by a class's first call, no header step (NEW)
-    # Intervals of the run that restart its timing instead of counting: a
-    # NEW run's first, after the class's cold first call.  Ranks leave a
-    # cold call apart (a 1 MiB Scatter's first under MPICH, 2 ranks: the
-    # root 0.4-0.6 ms after the other, which waits that long in the next
-    # call): counted, MPI's first look came out 3-5x its later calls' time
-    # (350 against 70-100 us), and the class dropped it after one look.
+    # Calls of the run after its opening one whose end only restarts the
+    # timing: 1 where the run opens with the class's cold first call (NEW,
+    # or the selector's first try).  Ranks leave a cold call apart (a 1 MiB
+    # Scatter's first under MPICH, 2 ranks: the root 0.4-0.6 ms after the
+    # other, which waits that long in the next call): counted, MPI's first
+    # look came out 3-5x its later calls' time (350 against 70-100 us),
+    # and the class dropped it after one look.
     cdef int run_skip
     cdef double run_seconds, run_last
     cdef uint64_t run_last_ops
@@ -1592,14 +1593,16 @@ cdef class Routes:
                             self.choice[which][sc][pl] = NEW
                             self.due[which][sc][pl] = calls[sc]
 
-    def start_run(self, int which, int sc, int pl, int code, uint64_t due):
+    def start_run(self, int which, int sc, int pl, int code, uint64_t due, int skip=0):
         """Time the calls of class (which, sc, pl), on path `code`, until the
-        call counter reaches `due` (or the next header step): a run."""
+        call counter reaches `due` (or the next header step): a run; the
+        first `skip` calls after its opening one only restart the timing
+        (`run_skip`)."""
         self.set(which, sc, pl, code, due)
         self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
         self.run_span = due > self.ops_ptr[0] + 1
         self.run_new = False
-        self.run_skip = 0
+        self.run_skip = skip
         self.run_seconds = self.run_last = 0.0
         self.run_calls = 0
 
@@ -1660,10 +1663,10 @@ cdef inline void set_run_routes(PyObject *routes) noexcept:
 cdef inline void run_ended_call(Routes r) noexcept:
     """A call of a run timed end to end has ended (see Routes.run_span)."""
     cdef double end = now()
-    if r.run_last > 0 and r.ops_ptr[0] == r.run_last_ops + 1:
-        if r.run_skip > 0:
+    if r.run_last > 0:   # (not the run's opening call)
+        if r.run_skip > 0:   # the call after a cold one, back to back or not
             r.run_skip -= 1
-        else:
+        elif r.ops_ptr[0] == r.run_last_ops + 1:
             r.run_seconds += end - r.run_last
             r.run_calls += 1
     r.run_last = end
@@ -1721,9 +1724,8 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
         # another class's first call opened (that class has no learner
         # yet: its next call after the run asks in a header step, which
         # opens its run again), not of a run the selector waits for.
-        r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl])
+        r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl], 1)
         r.run_new = True
-        r.run_skip = 1
         learning = True
         return 0
     cdef bint resident = (a != 0 and nbytes >= r.zc_min and in_arenas(r, a, an)

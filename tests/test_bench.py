@@ -231,21 +231,26 @@ def test_plot_written_and_one_rank_is_singular(tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_learning_starts_afresh_every_round() -> None:
+def test_learning_starts_afresh_every_round(tmp_path: Path) -> None:
     """--learning: every round's learning communicator learns from nothing,
     though the communicators before it were pinned to a path and freed
-    (their pool state passes to the next Dup of the same ranks): each
-    round has learning calls (a pin carried over had none)."""
-    proc = run_mpi(2, ["-m", "cxlmpi.bench", "--ops", "Allreduce,Bcast", "--sizes", "64K",
-                       "--learning", "24", "--rounds", "3", "--quiet"],
-                   env={**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off"},
-                   timeout=TIMEOUT)
+    (their pool state passes to the next Dup of the same ranks) and had
+    settled classes (which the selection cache would hand the next): each
+    round has learning calls (a pin carried over had none), and no cache
+    is written."""
+    cache = tmp_path / "selection.json"
+    # (4 MiB: a class that settles within 40 calls, as smaller ones may not)
+    proc = run_mpi(2, ["-m", "cxlmpi.bench", "--ops", "Allreduce,Bcast", "--sizes", "4M",
+                       "--learning", "40", "--rounds", "3", "--quiet"],
+                   env={**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive",
+                        "CXLMPI_CACHE": str(cache)}, timeout=TIMEOUT)
     rows = [line.split() for line in proc.stdout.splitlines()
             if line.startswith(("Allreduce ", "Bcast "))]
     assert len(rows) == 2, proc.stdout
     for row in rows:
         counts = [int(n) for n in row[-2].split("/")]
         assert len(counts) == 3 and min(counts) > 0, proc.stdout
+    assert not cache.exists(), cache.read_text()
     pinned = _bench(2, ["--ops", "Bcast", "--sizes", "64K", "--learning", "5"], check=False)
     assert pinned.returncode != 0 and "--learning measures adaptive selection" in \
         pinned.stderr, pinned.stderr

@@ -45,6 +45,7 @@ class Routes:
         self.last: int | None = None   # the call counter at its last call
         self.first = [0] * select.NCLASSES   # the first runs' lengths (NEW), by class
         self.new = False
+        self.skip = 0
 
     def set(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
         self.table[(which, sc, pl)] = (code, due)
@@ -52,9 +53,11 @@ class Routes:
     def first_runs(self, calls: list[int]) -> None:
         self.first = calls
 
-    def start_run(self, which: int, sc: int, pl: int, code: int, due: int) -> None:
+    def start_run(self, which: int, sc: int, pl: int, code: int, due: int,
+                  skip: int = 0) -> None:
         self.set(which, sc, pl, code, due)
         self.run = [which, sc, pl, code, 0.0, 0]
+        self.skip = skip   # calls after the opening one that only restart the span
         # a run of several calls is timed end to end: from the end of one
         # of its calls to the end of the next, where no other call of the
         # communicator came between
@@ -75,7 +78,11 @@ class Routes:
             return False
         if self.span:
             follows = self.last is not None and self.counter == self.last + 1
+            opening = self.last is None
             self.last = self.counter
+            if not opening and self.skip:
+                self.skip -= 1
+                return True   # the call after a cold one: its end restarts the span
             if not follows:
                 return True   # a call of the run; its end starts the next span
         self.run[4] += seconds
@@ -97,7 +104,7 @@ class Routes:
             self.table[key] = (NEW, self.first[sc])
         code, due = self.table.get(key, (SLOW, 0))
         if code == NEW and (self.run is None or self.new):   # (the class's first call)
-            self.start_run(which, sc, pl, MPI_PATH, self.counter + due)
+            self.start_run(which, sc, pl, MPI_PATH, self.counter + due, 1)
             self.new = True
             return MPI_PATH
         return code if code >= 0 and self.counter < due else None
@@ -591,11 +598,16 @@ def test_candidates_and_names() -> None:
                         assert cands == [MPI_PATH, 1]
     # The class's first, cold call: where a try is a single call (large
     # messages), a warm-up of its own through the pool; where runs are timed
-    # end to end, it opens a run on MPI, the reference (untimed itself).
+    # end to end, it opens a run on MPI, the reference (untimed itself, and
+    # so is the next call, which holds the ranks' gap from leaving it: two
+    # calls timed after them).
     assert Learner([MPI_PATH, 1]).next_try() == 1 and Learner([MPI_PATH]).next_try() == 0
     opening = Learner([MPI_PATH, 1])
     opening.run_len = 4
-    assert opening.next_try() == MPI_PATH and opening.try_len(MPI_PATH) == 3
+    assert opening.next_try() == MPI_PATH and opening.opens_cold(MPI_PATH)
+    assert opening.try_len(MPI_PATH) == 4
+    opening.learn(MPI_PATH, 1e-4)
+    assert not opening.opens_cold(1) and opening.try_len(1) == 1
 
 
 # ------------------------------------------------------------- in a real job

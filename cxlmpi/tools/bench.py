@@ -29,6 +29,7 @@ import datetime
 import importlib.util
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -997,6 +998,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                          "installed (pip install matplotlib, or the [bench] extra)")
 
     if args.learning:
+        # Learning from nothing: no cache read when a pool is set up, none
+        # written when one is freed (a round would start from what the
+        # round before it settled).
+        os.environ["CXLMPI_CACHE"] = "off"
+        config.reload()
         return int(world.bcast(run_learning(args, ops, sizes), root=0))
     settings = Settings(rounds=args.rounds, iterations=args.iterations, warmup=args.warmup,
                         buffers=args.buffers, data_varying=args.data_varying,
