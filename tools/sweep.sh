@@ -68,6 +68,7 @@ examples() {  # examples N PROGRAMS...: each under compare.py on N ranks
     esac
   done
 }
+export -f examples; export C PY   # (for the steps' `bash -c`)
 ALL="jacobi_solver kmeans pagerank train"
 for s in ${STEPS:-info b16 b8 ex8 b4 load8 b16b ex16 load16 alloc4 alloc8 alloc16}; do
   case $s in
@@ -75,14 +76,14 @@ for s in ${STEPS:-info b16 b8 ex8 b4 load8 b16b ex16 load16 alloc4 alloc8 alloc1
     huge) step huge 30 bash -c "mount -o remount,huge=within_size /dev/shm; grep shm /proc/mounts; mpiexec -n 2 $PY -m cxlmpi --info | grep -i huge" ;;
     b16) step b16 90 mpiexec -n 16 $PY $B --ops Bcast,Allgather,Gather,Allreduce ;;
     b8) step b8 60 mpiexec -n 8 $PY $B --ops Bcast,Allgather,Gather,Allreduce,Reduce_scatter_block,Alltoall ;;
-    ex8) step ex8 130 bash -c "$(declare -f examples); C='$C' PY=$PY; examples 8 $ALL" ;;
+    ex8) step ex8 130 bash -c "examples 8 $ALL" ;;
     b4) step b4 45 mpiexec -n 4 $PY $B --ops Bcast,Allgather,Gather,Allreduce,Reduce_scatter_block,Alltoall ;;
     load8) busy 4; step load8 40 mpiexec -n 8 $PY $B --ops Allreduce,Bcast,Allgather; unbusy ;;
     b16b) step b16b 120 mpiexec -n 16 $PY $B --ops Reduce_scatter_block,Alltoall,Scatter,Reduce ;;
-    ex16) step ex16 80 bash -c "$(declare -f examples); C='$C' PY=$PY; examples 16 train kmeans" ;;
+    ex16) step ex16 80 bash -c "examples 16 train kmeans" ;;
     load16) busy 8; step load16 40 mpiexec -n 16 $PY $B --ops Allreduce,Bcast,Allgather; unbusy ;;
     alloc4|alloc8|alloc16)
-      step "$s" 130 env CXLMPI_ALLOC=1 bash -c "$(declare -f examples); C='$C' PY=$PY; examples ${s#alloc} $ALL" ;;
+      step "$s" 130 env CXLMPI_ALLOC=1 bash -c "examples ${s#alloc} $ALL" ;;
     *) echo "## $s: no such step" | tee -a "$LOG" ;;
   esac
 done
