@@ -87,7 +87,8 @@ STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
 RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
 MAX_RUN = 16             # ... but at most this many calls
 FIRST_RUN_BYTES = 1 << 20   # a class's first run, on MPI: calls moving this much ...
-FIRST_RUN_CALLS = 100    # ... but at most this many (see first_run)
+FIRST_RUN_CALLS = 100    # ... but at most this many (see first_run) ...
+FIRST_RUN_MIN = 8        # ... and at least this many
 # What a learning call costs beyond its path, whichever it takes: the header
 # step and this module's bookkeeping.  Measured in place: each rank times
 # its header calls (the step and the bookkeeping around it), the next
@@ -127,20 +128,30 @@ def weighed(code: int, seconds: float) -> float:
     return seconds if code == MPI_PATH else seconds / MPI_MARGIN
 
 
-def typical(samples: list[float]) -> float:
+def typical(samples: list[float], reference: bool = False) -> float:
     """What a path costs per call, judged from its samples: their mean,
     each look counted at most OUTLIER times their (lower) median, so that
     one look -- a page fault, a descheduled peer -- moves it little.  Not
     the fastest look: on a busy machine a path whose waits sleep may run at
     its quiet speed in one try and 2-5x slower in the next (a 16 MiB Bcast
     through the pool beside a CPU-bound process, 2 ranks on 2 cores: 2.6
-    or 6.6 ms, MPI 3.1-3.9 ms), and what a program pays is its mean."""
+    or 6.6 ms, MPI 3.1-3.9 ms), and what a program pays is its mean.
+
+    For stock MPI, the `reference`, no more than that median: a slow look
+    at MPI must not hand the class to a pool path, since a pool path kept
+    where MPI is faster makes the program slower than stock, and MPI kept
+    where a pool path is a little faster only gains less.  Its first look
+    is the likeliest slow one: the class's first calls on MPI still warm
+    up MPI's own buffers (a 64 KiB Alltoall on 4 ranks, 16 cores: 68 us
+    over its first run, 37 us from then on, the pool 45 us)."""
     if not samples:
         return math.inf
-    cap = OUTLIER * sorted(samples)[(len(samples) - 1) // 2]
+    median = sorted(samples)[(len(samples) - 1) // 2]
+    cap = OUTLIER * median
     if cap <= 0:   # (a cache's zero: no cap)
         cap = math.inf
-    return sum(min(t, cap) for t in samples) / len(samples)
+    mean = sum(min(t, cap) for t in samples) / len(samples)
+    return min(mean, median) if reference else mean
 
 
 def code_name(code: int) -> str:
@@ -247,7 +258,8 @@ class Learner:
             self.alive = list(self.candidates)
         # each candidate's typical time, kept up to date (a learning
         # call's bookkeeping runs while every rank waits for it: cheap)
-        self.est: dict[int, float] = {c: typical(v) for c, v in self.samples.items() if v}
+        self.est: dict[int, float] = {c: typical(v, c == MPI_PATH)
+                                       for c, v in self.samples.items() if v}
         self.ncalls: dict[int, int] = {c: len(v) for c, v in self.samples.items()}
         # the warm-ups' times (real cost, no sample), by kind: through the pool?
         self.warmups: dict[bool, float] = {}
@@ -412,7 +424,7 @@ class Learner:
         self.samples.setdefault(code, []).append(seconds)
         self._looked(code, seconds)
         self.ncalls[code] = self.ncalls.get(code, 0) + self.run_calls
-        self.est[code] = typical(self.samples[code])
+        self.est[code] = typical(self.samples[code], code == MPI_PATH)
         if code in self.alive:
             best = self.leader()
             # far behind after its first try: not worth more
@@ -552,7 +564,7 @@ class Learner:
         for c, t in ((self.best, best_s), (other, other_s)):
             # the latest few: what the cache keeps, with old load forgotten
             self.samples[c] = (self.samples.get(c, []) + [t])[-RECENT:]
-            self.est[c] = typical(self.samples[c])
+            self.est[c] = typical(self.samples[c], c == MPI_PATH)
             self._looked(c, t)
         # The challenger takes over when faster in typical time -- and a
         # pool path only when faster in this pair too, timed back to back:
@@ -632,17 +644,28 @@ def first_run(sc: int) -> int:
     """Calls of the run that a class of size class `sc` opens on MPI by
     itself, 0 where its first call asks in a header step (large classes:
     the pool first, see Learner.next_try).  FIRST_RUN_BYTES' worth of
-    calls, at most FIRST_RUN_CALLS: the header step that reports the run
-    costs 30-150 us in place, 15-70 calls of 4 KiB (2 ranks, AMD EPYC VM),
-    so a cheap class's first 100 calls take stock MPI's path and time
-    alone, and exploring begins after them, paid as it goes."""
+    calls, at least FIRST_RUN_MIN, at most FIRST_RUN_CALLS: the header step
+    that reports the run costs 30-150 us in place, 15-70 calls of 4 KiB (2
+    ranks, AMD EPYC VM), so a cheap class's first 100 calls take stock
+    MPI's path and time alone, and exploring begins after them, paid as it
+    goes.  Only its second half is timed (`first_skip`)."""
     if run_length(sc) <= 1:
         return 0
-    # (at least a run timed end to end: the untimed opening call, the
-    # next -- ranks leave the cold opening call apart, and the next call's
-    # time on the early rank holds the gap (cxlmpi._shim.Routes.run_skip)
-    # -- and two)
-    return max(4, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
+    return max(FIRST_RUN_MIN, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
+
+
+def first_skip(sc: int) -> int:
+    """Calls after the first run's opening one that only restart its timing
+    (cxlmpi._shim.Routes.run_skip): the first half.  MPI warms up over a
+    class's first calls, not in its first alone: ranks leave the cold
+    opening call apart (the next call's time on the early rank holds the
+    gap), and MPI's own buffers for that size are touched over the next
+    few (a 64 KiB Alltoall's calls on 4 ranks, 16 cores: 341, 80, 51, 80,
+    252, 150, 69, 53, 52, 39, then 34-40 us).  Timed from its third call,
+    a 4-call first run made MPI's first look 68 us, the pool (45 us) led,
+    and the class ran the pool for hundreds of calls."""
+    calls = first_run(sc)
+    return max(1, (calls - 2) // 2) if calls else 0
 
 
 class Selector:
@@ -673,7 +696,8 @@ class Selector:
                 learner.run_len = run_length(sc)
                 self.learners[(which, sc, pl)] = learner
                 self._publish((which, sc, pl), learner, 0)
-        routes.first_runs([first_run(sc) for sc in range(NCLASSES)])
+        routes.first_runs([first_run(sc) for sc in range(NCLASSES)],
+                          [first_skip(sc) for sc in range(NCLASSES)])
 
     def _candidates(self, which: int, sc: int, pl: int) -> list[int]:
         return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,

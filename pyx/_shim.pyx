@@ -1530,6 +1530,7 @@ cdef class Routes:
     cdef signed char choice[NCOLL][NCLASS][2]
     cdef unsigned char where[NCOLL][NCLASS]
     cdef uint64_t due[NCOLL][NCLASS][2]
+    cdef int first_skip[NCLASS]   # run_skip of a class's first run (NEW), by size class
     cdef const uint64_t *ops_ptr
     cdef object pool              # keeps the call counter (and the arenas) alive
     cdef public object selector
@@ -1553,8 +1554,9 @@ cdef class Routes:
     cdef bint run_span
     cdef bint run_new     # opened by a class's first call, no header step (NEW)
     # Calls of the run after its opening one whose end only restarts the
-    # timing: 1 where the run opens with the class's cold first call (NEW,
-    # or the selector's first try).  Ranks leave a cold call apart (a 1 MiB
+    # timing: where the run opens with the class's cold first call, 1 (the
+    # selector's first try) or the first half of the class's first run
+    # (NEW: cxlmpi.select.first_skip).  Ranks leave a cold call apart (a 1 MiB
     # Scatter's first under MPICH, 2 ranks: the root 0.4-0.6 ms after the
     # other, which waits that long in the next call): counted, MPI's first
     # look came out 3-5x its later calls' time (350 against 70-100 us),
@@ -1572,6 +1574,7 @@ cdef class Routes:
         memset(self.choice, SLOW, sizeof(self.choice))
         memset(self.where, 0, sizeof(self.where))
         memset(self.due, 0, sizeof(self.due))
+        memset(self.first_skip, 0, sizeof(self.first_skip))
         self.run_which = -1
 
     def set(self, int which, int sc, int pl, int code, uint64_t due):
@@ -1580,12 +1583,14 @@ cdef class Routes:
         self.choice[which][sc][pl] = code
         self.due[which][sc][pl] = due
 
-    def first_runs(self, calls):
+    def first_runs(self, calls, skips):
         """Every class of size class sc whose entry is still untouched
         opens with a run of calls[sc] calls on MPI, without a header step
-        (0: with one; see `take`)."""
+        (0: with one; see `take`), the first skips[sc] after its opening
+        one untimed (`run_skip`)."""
         cdef int which, sc, pl
         for sc in range(NCLASS):
+            self.first_skip[sc] = skips[sc]
             if calls[sc] > 0:
                 for which in range(NCOLL):
                     for pl in range(2):
@@ -1724,7 +1729,8 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
         # another class's first call opened (that class has no learner
         # yet: its next call after the run asks in a header step, which
         # opens its run again), not of a run the selector waits for.
-        r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl], 1)
+        r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl],
+                    r.first_skip[sc])
         r.run_new = True
         learning = True
         return 0

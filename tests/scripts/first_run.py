@@ -1,6 +1,7 @@
 """A class's first run, in the compiled routes: its opening call (cold) is
-not timed, and neither is the next, which holds the time the ranks left
-the cold one apart; then each call back to back counts.  The calls timed
+not timed, and neither are the next three, which hold the time the ranks
+left the cold one apart and MPI's own warming up; then each call back to
+back counts.  The calls timed
 so far after each call (Routes.peek_run), and each result against stock.
 
     mpiexec -n N python first_run.py
@@ -22,12 +23,13 @@ comm = cxlmpi.wrap(MPI.COMM_WORLD.Dup())
 stock = MPI.Intracomm(comm)
 fresh_state(comm)
 routes = _states[comm.handle].routes
-n = (512 << 10) // 8            # a class whose first run is 4 calls
-assert select.first_run(select.size_class(n * 8)) == 4
+n = (512 << 10) // 8            # a class whose first run is 8 calls, 3 untimed
+assert select.first_run(select.size_class(n * 8)) == 8
+assert select.first_skip(select.size_class(n * 8)) == 3
 send = np.arange(n, dtype=np.float64) * (comm.Get_rank() + 1)
 got, want = np.empty(n), np.empty(n)
 timed, same = [], True
-for _ in range(4):
+for _ in range(8):
     comm.Allreduce(send, got)
     run = routes.peek_run()
     timed.append(None if run is None else run[5])
