@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 
@@ -671,6 +672,15 @@ def test_compare_runs_one_blas_thread_unless_told(user_threads: str | None,
     want = user_threads or "1"
     assert f"results agree: yes   (RESULT threads {want} ['x', '-y'])" in proc.stdout, \
         proc.stdout
-    assert re.search(r"^program TIME \(s\)\s+0\.250\s+0\.250\s+1\.00x$", proc.stdout, re.M), \
-        proc.stdout
+    assert re.search(r"^program TIME \(s\)\s+0\.250\s+0\.250\s+1\.00x\s+1\.00x$", proc.stdout,
+                     re.M), proc.stdout
     assert f"OMP_NUM_THREADS={want}" in proc.stdout.splitlines()[0], proc.stdout
+
+
+def test_compare_pairs_the_runs_taken_in_turn() -> None:
+    """The per-pair speedup is the median of stock/cxlmpi over the run pairs:
+    a machine that slows down and speeds up within a job moves the two
+    medians' ratio (0.67x here) but not the pairs' (each 1.33x but one)."""
+    paired = runpy.run_path(str(ROOT / "tools" / "compare.py"))["paired_speedup"]
+    assert paired([4.0, 2.0, 2.0], [3.0, 3.0, 1.5]) == pytest.approx(4 / 3)
+    assert paired([1.0], [2.0]) == pytest.approx(0.5)
