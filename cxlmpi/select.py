@@ -33,11 +33,12 @@ whose calls cost little against a learning call's own cost explore in
 steps spread over their calls.  Then the fastest in typical time is kept
 (`typical`: the mean of its looks, each capped at OUTLIER times their
 median -- not its fastest look, which on a busy machine may be a lucky
-one); a small, bounded share of later calls re-times it back to back
-against the runner-up, and every other time against stock MPI or another
-candidate in turn (more often when they are close, rarely when far
-behind; a path that just took over is timed against the one it displaced
-once more before the spacing grows), so a change of load is followed.  What
+one; stock MPI's at most the median of its looks); a small, bounded
+share of later calls re-times it back to back against the runner-up,
+and every other time against stock MPI or another candidate in turn
+(more often when they are close, rarely when far behind; a path that
+just took over is timed against the one it displaced once more before
+the spacing grows), so a change of load is followed.  What
 was learned is remembered per machine in a cache file (CXLMPI_CACHE), read
 when a communicator's pool is set up.
 """
@@ -137,21 +138,30 @@ def typical(samples: list[float], reference: bool = False) -> float:
     through the pool beside a CPU-bound process, 2 ranks on 2 cores: 2.6
     or 6.6 ms, MPI 3.1-3.9 ms), and what a program pays is its mean.
 
-    For stock MPI, the `reference`, no more than that median: a slow look
-    at MPI must not hand the class to a pool path, since a pool path kept
-    where MPI is faster makes the program slower than stock, and MPI kept
-    where a pool path is a little faster only gains less.  Its first look
-    is the likeliest slow one: the class's first calls on MPI still warm
-    up MPI's own buffers (a 64 KiB Alltoall on 4 ranks, 16 cores: 68 us
-    over its first run, 37 us from then on, the pool 45 us)."""
+    For stock MPI, the `reference`, no more than the median of its looks
+    (the mean of the middle two for an even count: with two looks, their
+    mean): one slow look at MPI among three must not hand the class to a
+    pool path, since a pool path kept where MPI is faster makes the
+    program slower than stock, and MPI kept where a pool path is a little
+    faster only gains less.  Its first look is the likeliest slow one: the
+    class's first calls on MPI still warm up MPI's own buffers (a 64 KiB
+    Alltoall on 4 ranks, 16 cores: 68 us over its first run, 37 us from
+    then on, the pool 45 us).  (Not the lower median: with two looks that
+    is MPI's fastest, and where MPI swings between two speeds under load,
+    MPI kept taking the class back from a pool path that was faster on
+    the mean.)"""
     if not samples:
         return math.inf
-    median = sorted(samples)[(len(samples) - 1) // 2]
-    cap = OUTLIER * median
+    ordered = sorted(samples)
+    cap = OUTLIER * ordered[(len(ordered) - 1) // 2]
     if cap <= 0:   # (a cache's zero: no cap)
         cap = math.inf
     mean = sum(min(t, cap) for t in samples) / len(samples)
-    return min(mean, median) if reference else mean
+    if not reference:
+        return mean
+    half = len(ordered) // 2
+    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+    return min(mean, median)
 
 
 def code_name(code: int) -> str:
@@ -287,9 +297,17 @@ class Learner:
         calls."""
         if self.warming(code):
             if self.opens_cold(code):
-                return 2 + min(2, self.run_len)
+                return FIRST_RUN_MIN
             return 1
         return min(2, self.run_len) if code in self.unsure() else self.run_len
+
+    def cold_skip(self, code: int) -> int:
+        """Calls after a try's opening call that only restart its timing
+        (cxlmpi._shim.Routes.run_skip): where the try opens with the
+        class's cold first call, its first half, as in a class's first run
+        (`first_skip`) -- a class first met while another's run was in
+        flight opens this way, after a header step; else none."""
+        return max(1, (self.try_len(code) - 2) // 2) if self.opens_cold(code) else 0
 
     def opens_cold(self, code: int) -> bool:
         """Whether a try of `code` now opens with the class's first, cold
@@ -449,6 +467,16 @@ class Learner:
         if self.run_calls > 1:
             self._warmed(code)
             self.run_len = 1
+
+    def cut_short(self, code: int) -> None:
+        """A learning run that another class's header step ended before its
+        timed half (`cold_skip`, `first_skip`: a class's first run ends at
+        the next header step, whichever class it is for): it warmed the
+        path up and taught nothing else.  Not `untimed`: the class's calls
+        may well come back to back, and its tries stay runs."""
+        self.planned = None
+        self.explored += 1
+        self._warmed(code)
 
     def _looked(self, code: int, seconds: float) -> None:
         self.history[code] = (self.history.get(code, []) + [seconds])[-HISTORY:]
@@ -632,6 +660,10 @@ class Learner:
 # carries the run's time to every rank.
 SLOW = -1
 NEW = -2
+# What a rank reports for a run that a header step cut short in its untimed
+# first half (nanoseconds per call; no call of any path takes 1 ns): the
+# largest report wins, so where every rank was cut short all learn it.
+CUT_SHORT = 1
 
 
 def run_length(sc: int) -> int:
@@ -721,10 +753,13 @@ class Selector:
         there is none."""
         run = self.routes.peek_run()
         if run is not None:
-            which, sc, pl, code, seconds, calls = run
-            # (no call timed -- all followed a peer to MPI: 0, "nothing")
+            which, sc, pl, code, seconds, calls, skipping = run
+            # (no call timed -- all followed a peer to MPI: 0, "nothing";
+            # the run cut short by this header step before its timed half:
+            # CUT_SHORT)
             self.learned(which, class_floor(sc), code, bool(pl),
-                         int(seconds * 1e9 / calls) if calls > 0 else 0)
+                         int(seconds * 1e9 / calls) if calls > 0 else
+                         CUT_SHORT if skipping else 0)
         if self.pending is None:
             return 0, 0
         return self.pending[0], self.pending[3]
@@ -748,13 +783,15 @@ class Selector:
         learner = self.learner(key, ops)
         if new:   # the run its first call opened (NEW)
             learner.run_calls = first_run(key[1])
-        if nanoseconds > 0:
+        if nanoseconds > CUT_SHORT:
             learner.learn(code, nanoseconds * 1e-9)
+        elif nanoseconds == CUT_SHORT:   # every rank was still in its untimed half
+            learner.cut_short(code)
         else:                 # no rank timed a call of the run
             learner.untimed(code)
         if learner.phase == 0:
             learner.plan(ops)
-        if learner.phase == 1 and nanoseconds > 0:
+        if learner.phase == 1 and nanoseconds > CUT_SHORT:
             self.changed = True
         self._publish(key, learner, ops)
 
@@ -809,7 +846,7 @@ class Selector:
         learner.run_calls = calls
         # (the next `calls` calls of the communicator: fewer of the class's
         # own when others come between -- the run's mean is per call timed)
-        self.routes.start_run(which, sc, pl, code, ops + calls, int(learner.opens_cold(code)))
+        self.routes.start_run(which, sc, pl, code, ops + calls, learner.cold_skip(code))
         return code
 
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,

@@ -1613,7 +1613,8 @@ cdef class Routes:
 
     def peek_run(self):
         """The run in flight: (which, sc, pl, code, this rank's seconds,
-        calls timed), or None when there is none.  It goes on until
+        calls timed, whether it is still in its untimed first calls), or
+        None when there is none.  It goes on until
         `finish_run`: a header step that ends with some rank gone to MPI
         reports nothing, and the ranks that took it must keep the run as
         the others do, or they would part at the next class's first call
@@ -1621,7 +1622,7 @@ cdef class Routes:
         if self.run_which < 0:
             return None
         return (self.run_which, self.run_sc, self.run_pl, self.run_code, self.run_seconds,
-                self.run_calls)
+                self.run_calls, self.run_skip > 0)
 
     def finish_run(self):
         """End the run in flight (after a header step every rank completed)."""
