@@ -290,11 +290,11 @@ class Learner:
         run length.  A warm-up is a run of one call, timed (the cold call's
         extra cost counts against exploring's budget) -- but for the
         class's first call, which the best path alone would pay as well:
-        where runs are timed end to end it opens the first look's run (its
-        own time is never timed there, nor the next call's, which holds
-        the ranks' gap from leaving it: `opens_cold`), one learning call
-        for both, whose header step and bookkeeping cost many cheap
-        calls."""
+        where runs are timed end to end it opens the first look's run,
+        FIRST_RUN_MIN calls of which only the second half is timed (the
+        ranks leave the cold call apart, and MPI warms up over the next
+        few: `cold_skip`), one learning call for both, whose header step
+        and bookkeeping cost many cheap calls."""
         if self.warming(code):
             if self.opens_cold(code):
                 return FIRST_RUN_MIN
@@ -307,7 +307,7 @@ class Learner:
         class's cold first call, its first half, as in a class's first run
         (`first_skip`) -- a class first met while another's run was in
         flight opens this way, after a header step; else none."""
-        return max(1, (self.try_len(code) - 2) // 2) if self.opens_cold(code) else 0
+        return untimed_half(self.try_len(code)) if self.opens_cold(code) else 0
 
     def opens_cold(self, code: int) -> bool:
         """Whether a try of `code` now opens with the class's first, cold
@@ -697,7 +697,15 @@ def first_skip(sc: int) -> int:
     a 4-call first run made MPI's first look 68 us, the pool (45 us) led,
     and the class ran the pool for hundreds of calls."""
     calls = first_run(sc)
-    return max(1, (calls - 2) // 2) if calls else 0
+    return untimed_half(calls) if calls else 0
+
+
+def untimed_half(calls: int) -> int:
+    """Of a run of `calls` that opens with a class's cold first call, the
+    calls after the opening one that only restart its timing: the first
+    half (at least one; 8 calls: 3 untimed after the opening one, 4
+    timed)."""
+    return max(1, (calls - 2) // 2)
 
 
 class Selector:

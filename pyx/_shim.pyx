@@ -1554,9 +1554,10 @@ cdef class Routes:
     cdef bint run_span
     cdef bint run_new     # opened by a class's first call, no header step (NEW)
     # Calls of the run after its opening one whose end only restarts the
-    # timing: where the run opens with the class's cold first call, 1 (the
-    # selector's first try) or the first half of the class's first run
-    # (NEW: cxlmpi.select.first_skip).  Ranks leave a cold call apart (a 1 MiB
+    # timing: where the run opens with the class's cold first call, the
+    # first half of the run (cxlmpi.select.untimed_half: a class's first
+    # run, NEW, or the selector's first try of a class).  MPI warms up over
+    # a class's first calls, and ranks leave a cold call apart (a 1 MiB
     # Scatter's first under MPICH, 2 ranks: the root 0.4-0.6 ms after the
     # other, which waits that long in the next call): counted, MPI's first
     # look came out 3-5x its later calls' time (350 against 70-100 us),
@@ -1670,7 +1671,7 @@ cdef inline void run_ended_call(Routes r) noexcept:
     """A call of a run timed end to end has ended (see Routes.run_span)."""
     cdef double end = now()
     if r.run_last > 0:   # (not the run's opening call)
-        if r.run_skip > 0:   # the call after a cold one, back to back or not
+        if r.run_skip > 0:   # still in the untimed half, back to back or not
             r.run_skip -= 1
         elif r.ops_ptr[0] == r.run_last_ops + 1:
             r.run_seconds += end - r.run_last
