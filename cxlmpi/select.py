@@ -94,8 +94,12 @@ FIRST_RUN_MIN = 8        # ... and at least this many
 # step and this module's bookkeeping.  Measured in place: each rank times
 # its header calls (the step and the bookkeeping around it), the next
 # header step carries the figure and all learn the largest; the overhead
-# is the median of the latest OVERHEAD_FIGURES of those (a rank that was
-# descheduled once must not stop exploring), the same on every rank.
+# is the median of the latest OVERHEAD_FIGURES of those (the lower one of
+# an even count: a rank that was descheduled once must not stop exploring),
+# the same on every rank.  Not the communicator's first figure: its first
+# header call is cold (3.5 ms against 40-130 us after it, 2 ranks beside a
+# busy process), and taken as the overhead, it held a 1 MiB class's first
+# try of the pool back for 1400 calls.
 # Before the first figure arrives: the latest figure of an earlier
 # communicator of rank 0's process (`learned_overhead`: rank 0 hands it to
 # every rank when the pool is set up), or LEARN_OVERHEAD_S (across pool
@@ -728,6 +732,7 @@ class Selector:
         self.next_check: dict[tuple[int, int, int], int] = {}  # key -> ops of its re-check
         self.changed = False  # something settled since the cache was written
         self.spent: list[float] = []  # the latest figures of a header call's overhead
+        self.cold_figure = True   # the next figure is the first header call's (not kept)
         self.headers = 0      # header steps so far (each also counts in the ops)
         for (which, sc, pl), entry in self.prior.items():
             learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
@@ -779,9 +784,11 @@ class Selector:
         none measured), which `overhead_s` follows."""
         self.routes.finish_run()
         self.headers += 1
-        if spent_ns > 0:
+        if spent_ns > 0 and self.cold_figure:
+            self.cold_figure = False
+        elif spent_ns > 0:
             recent = self.spent = (self.spent + [spent_ns * 1e-9])[-OVERHEAD_FIGURES:]
-            self.overhead_s = _learned_overhead[0] = sorted(recent)[len(recent) // 2]
+            self.overhead_s = _learned_overhead[0] = sorted(recent)[(len(recent) - 1) // 2]
         if self.pending is None:
             return
         _, key, code, _ = self.pending

@@ -373,12 +373,19 @@ def test_interleaved_classes_are_timed_call_by_call() -> None:
 
 def test_the_overhead_is_the_median_of_the_latest_figures() -> None:
     """What every rank counts a learning call at: the median of the latest
-    figures the header steps agreed (each the largest rank's), so that one
-    descheduled rank (5 ms) does not stop exploring; LEARN_OVERHEAD_S (or
-    the set-up's figure across pool groups) before any."""
+    figures the header steps agreed (each the largest rank's; the lower of
+    two), so that one descheduled rank (5 ms) does not stop exploring;
+    LEARN_OVERHEAD_S (or the set-up's figure across pool groups) before
+    any.  The communicator's first figure is its cold first header call's:
+    not kept."""
     sel = Selector(Routes(), 2, CHUNK, True)
     assert sel.overhead_s == select.LEARN_OVERHEAD_S
-    for ns in (40_000, 5_000_000, 30_000, 35_000, 45_000):
+    sel.delivered(0, 3_500_000)
+    assert sel.overhead_s == select.LEARN_OVERHEAD_S
+    sel.delivered(0, 40_000)
+    sel.delivered(0, 5_000_000)
+    assert sel.overhead_s == 40e-6
+    for ns in (30_000, 35_000, 45_000):
         sel.delivered(0, ns)
     assert sel.overhead_s == 40e-6
     for _ in range(select.OVERHEAD_FIGURES):
