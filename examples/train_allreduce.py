@@ -72,6 +72,13 @@ def parse_args() -> argparse.Namespace:
         default=0.0,
         help="reduce the gradient in buckets of this many MiB (0: one Allreduce)",
     )
+    parser.add_argument(
+        "--skip-allreduce",
+        action="store_true",
+        help="a control, not training: skip the gradient Allreduce (the replicas "
+        "drift apart) to time the compute alone, the bound of what any "
+        "Allreduce could gain",
+    )
     parser.add_argument("--log-every", type=int, default=0, help="progress interval (0: steps/5)")
     parser.add_argument(
         "--comm",
@@ -208,7 +215,7 @@ def main() -> None:
             y_all[start + lo : start + hi],
             hidden,
         )
-        for sl in grad_buckets:
+        for sl in grad_buckets if not args.skip_allreduce else ():
             comm.Allreduce(MPI.IN_PLACE, grad[sl], op=MPI.SUM)
         # velocity = momentum * velocity + grad / batch;  params -= lr * velocity
         velocity *= args.momentum
