@@ -89,6 +89,7 @@ CTRL_HOST = _pool.LAYOUT["ctrl_host"] // 8
 CTRL_ATTACHED = _pool.LAYOUT["ctrl_attached"] // 8
 CTRL_BEAT = _pool.LAYOUT["ctrl_beat"] // 8
 CTRL_PERIOD = _pool.LAYOUT["ctrl_beat_period"] // 8
+CTRL_START = _pool.LAYOUT["ctrl_start"] // 8
 
 # Entry words: state, token, offset, nbytes, host, pid, pid start time,
 # claimed time (ns, for people), uid, nranks, the host name (32 bytes), the
@@ -231,7 +232,7 @@ def _start_time(pid: int) -> int:
 
 
 HOST = _host_id()
-_pool.set_host(HOST)
+_pool.set_host(HOST, max(0, _start_time(os.getpid())))
 config.on_change(lambda cfg: _pool.set_heartbeat(cfg.heartbeat, cfg.lease_beats))
 
 
@@ -296,6 +297,9 @@ class Device:
         self.capacity = capacity
         self.align = align
         self.table_nbytes = _round_up(TABLE_NBYTES, align)
+        if spec.kind == "file" and not _reserve(fd, 0, self.table_nbytes):
+            raise CXLMPIPoolError(f"{spec}: {_pool.NO_SPACE} for its partition table "
+                                  f"({self.table_nbytes} bytes)")
         self._map = mmap.mmap(fd, self.table_nbytes, mmap.MAP_SHARED,
                               mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._words = memoryview(self._map).cast("Q")
@@ -564,7 +568,7 @@ class Device:
             if not words[CTRL_ATTACHED]:
                 continue
             if words[CTRL_HOST] == HOST:
-                out.append(_same_host_verdict(words[CTRL_PID], None))
+                out.append(_same_host_verdict(words[CTRL_PID], words[CTRL_START]))
             else:
                 out.append(watch.verdict(("rank", offset, w[E_TOKEN], r),
                                          words[CTRL_BEAT], words[CTRL_PERIOD]))
@@ -580,6 +584,8 @@ class Device:
         """The words of the control lines of the partition at `offset`,
         re-read from memory (None where they cannot be mapped)."""
         length = _round_up(CTRL_AT + nranks * CTRL_LINE, self.align)
+        if self._never_written(offset + CTRL_AT, nranks * CTRL_LINE):
+            return [(0,) * (CTRL_LINE // 8)] * nranks
         try:
             m = mmap.mmap(self.fd, length, mmap.MAP_SHARED,
                           mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
@@ -592,6 +598,19 @@ class Device:
                     for r in range(nranks)]
         finally:
             m.close()
+
+    def _never_written(self, at: int, nbytes: int) -> bool:
+        """Whether bytes [at, at + nbytes) of a pool file hold no data (a
+        hole: a partition whose memory could not be reserved, or one freed):
+        they read as zeros, and must not be read through a mapping, where
+        on a full tmpfs the page a read faults in cannot be had and the
+        process dies of SIGBUS."""
+        if self.spec.kind != "file":
+            return False
+        try:
+            return os.lseek(self.fd, at, os.SEEK_DATA) >= at + nbytes
+        except OSError as exc:
+            return exc.errno == errno.ENXIO          # no data from `at` on
 
     def claim(self, nbytes: int, nranks: int) -> tuple[int, int, int, int]:
         """Claim a partition of at least `nbytes` for a pool of `nranks`:
@@ -744,6 +763,17 @@ def _punches_holes(fd: int) -> bool:
     if _libc.fstatfs(fd, buf) != 0:
         return False
     return struct.unpack_from("<q", buf, 0)[0] in _PUNCHING_FS
+
+
+def _reserve(fd: int, offset: int, nbytes: int) -> bool:
+    """Allocate the pages of bytes [offset, offset + nbytes) of a pool file
+    before they are mapped, so that touching them cannot SIGBUS on a full
+    tmpfs: False when the filesystem has no room (a filesystem that cannot
+    reserve is taken at its word)."""
+    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, ctypes.c_long(offset),
+                       ctypes.c_long(nbytes)) == 0:
+        return True
+    return ctypes.get_errno() not in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _punch_hole(fd: int, offset: int, nbytes: int) -> None:

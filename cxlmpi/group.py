@@ -34,7 +34,7 @@ import os
 from mpi4py import MPI
 
 from . import agree, backends, config
-from ._pool import UNREACHABLE, Pool, check_layout, configure_emulation, cpu_features
+from ._pool import NO_SPACE, UNREACHABLE, Pool, check_layout, configure_emulation, cpu_features
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
@@ -77,10 +77,13 @@ def disagreement(everyone: list[dict]) -> str | None:
 
 
 def _raise_any(comm: MPI.Intracomm, error: str | None, kind: type = CXLMPIPoolError) -> None:
-    """Collective: raise on every rank if `error` is set on any."""
+    """Collective: raise on every rank if `error` is set on any; a lack of
+    memory (NO_SPACE) as a CXLMPIPoolError whatever `kind`, so that every
+    rank goes on through MPI alike."""
     errors = [e for e in agree.allgather(comm, error) if e]
     if errors:
-        raise kind("; ".join(dict.fromkeys(errors)))
+        text = "; ".join(dict.fromkeys(errors))
+        raise (CXLMPIPoolError if NO_SPACE in text else kind)(text)
 
 
 def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:

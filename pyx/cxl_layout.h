@@ -80,7 +80,10 @@ typedef struct {
     uint64_t beat;         /* +192 advanced every beat_period_ns while the rank
                             *      lives: liveness where its pid means nothing */
     uint64_t beat_period_ns; /* +200 */
-    uint64_t pad3[6];      /* +208 */
+    uint64_t start;        /* +208 its process's start time (clock ticks since
+                            *      boot; 0: unknown), written once at attach: a
+                            *      reused pid is another process */
+    uint64_t pad3[5];      /* +216 */
 } cxl_ctrl;
 
 _Static_assert(sizeof(cxl_header) == 64, "cxl_header is one cache line");
@@ -89,7 +92,8 @@ _Static_assert(offsetof(cxl_ctrl, sig) == CXL_LINE_NBYTES, "the signature opens 
 _Static_assert(offsetof(cxl_ctrl, asleep) == 2 * CXL_LINE_NBYTES, "asleep opens line 2");
 _Static_assert(offsetof(cxl_ctrl, pid) == 8 && offsetof(cxl_ctrl, host) == 32
                && offsetof(cxl_ctrl, attached) == 40
-               && offsetof(cxl_ctrl, beat) == 3 * CXL_LINE_NBYTES,
+               && offsetof(cxl_ctrl, beat) == 3 * CXL_LINE_NBYTES
+               && offsetof(cxl_ctrl, start) == 3 * CXL_LINE_NBYTES + 16,
                "cxlmpi.backends reads these offsets through LAYOUT");
 
 #endif /* CXL_LAYOUT_H */

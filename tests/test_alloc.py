@@ -106,6 +106,26 @@ def test_small_dev_shm_never_sigbus(pool_size: str) -> None:
     assert "shared memory" in warnings[0], warnings
 
 
+@pytest.mark.parametrize("when", ["first", "later"])
+def test_a_file_pool_on_a_full_dev_shm_goes_to_mpi(when: str) -> None:
+    """A file: pool on a /dev/shm that another process has filled (a few
+    pages left): before the pool file exists ("first": no room for its
+    partition table) or after its table and a partition were made
+    ("later": no room for another partition).  Stock MPI runs there, so
+    cxlmpi must: its Allreduces go to MPI, equal stock's, with a warning.
+    Before, reading the unreserved table, or the control lines of the
+    partition it gave back, killed the process with SIGBUS."""
+    out = _small_shm_job({"CXLMPI_POOL": "file:/dev/shm/cxlmpi-pool", "CXLMPI_TUNING": "pool",
+                          "CXLMPI_POOL_SIZE": "4M", "CXLMPI_ARENA_SIZE": "0",
+                          "CXLMPI_TIMEOUT": "60", "FULL_SHM": when,
+                          "FULL_SHM_LEAVE": "0"},
+                         ["tests/scripts/full_shm.py"], runner=("-m", "cxlmpi"))
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("FULL ")]
+    assert all(r["ok"] for r in json.loads(line[len("FULL "):])), line
+    assert "shared memory" in out.stderr, out.stderr[-4000:]
+
+
 def test_a_kept_pool_makes_room_for_a_new_one() -> None:
     """On a 64 MiB /dev/shm with 40 MiB pools, a freed communicator's pool
     (kept for the next communicator of the same ranks) is let go when

@@ -546,6 +546,49 @@ def test_lock_of_a_reused_pid_is_stale(tmp_path: Path, monkeypatch) -> None:
     dev.close()
 
 
+@pytest.mark.parametrize("reused", [True, False])
+def test_a_rank_whose_pid_was_reused_holds_no_partition(tmp_path: Path, reused: bool) -> None:
+    """A released partition whose rank 1 control line names a pid of this
+    host (and pid namespace) that a later process has now (its start time
+    differs: a container restarted into a namespace with the same inode and
+    the same pids) is freed when its leader lets it go; before, it stayed
+    claimed for as long as that later process lived.  Named by the process
+    that does live there (`reused` False), it stays."""
+    path = make_file(tmp_path / "pool", 16 * MIB)
+    dev = fresh(f"file:{path}")
+    entry, token, offset, _length = dev.claim(4 * MIB, 2)
+    other = os.getppid()                                   # alive
+    line = [0] * (backends.CTRL_LINE // 8)
+    line[backends.CTRL_HOST] = backends.HOST
+    line[backends.CTRL_PID] = other
+    line[backends.CTRL_START] = backends._start_time(other) + (1 if reused else 0)
+    line[backends.CTRL_ATTACHED] = 1
+    with open(path, "r+b") as f:
+        f.seek(offset + backends.CTRL_AT + backends.CTRL_LINE)
+        f.write(struct.pack(f"<{len(line)}Q", *line))
+    dev.release(entry, token)
+    if reused:
+        assert dev.entries() == []
+    else:
+        [e] = dev.entries()
+        assert (e["state"], e["liveness"]) == ("released", "alive"), e
+    dev.close()
+
+
+def test_a_rank_names_its_start_time_in_its_control_line(tmp_path: Path) -> None:
+    """What the test above reads: a rank that maps a partition writes its
+    pid and its process's start time into its control line."""
+    dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
+    entry, token, offset, _length = dev.claim(4 * MIB, 2)
+    pool = Pool.map_partition(dev.fd, offset, 2 * MIB, 0, 2, True, token, "p")
+    mine = dev._control_lines(offset, 2)[0]
+    assert mine[backends.CTRL_PID] == os.getpid() and mine[backends.CTRL_ATTACHED] == 1
+    assert mine[backends.CTRL_START] == backends._start_time(os.getpid()) > 0
+    pool.close()
+    dev.release(entry, token)
+    dev.close()
+
+
 def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
     """A claimer paused between reading the lock free and writing its token
     (longer than Fischer's delay) may have overwritten a holder that got in

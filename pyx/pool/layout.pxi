@@ -34,6 +34,7 @@ cdef extern from "cxl_layout.h" nogil:
         uint32_t cpu
         uint64_t beat
         uint64_t beat_period_ns
+        uint64_t start
 
 DEF PAGE_NBYTES = 4096
 
@@ -53,7 +54,8 @@ def _layout():
             "ctrl_host": <char *>&_ctrl_example.host - at,
             "ctrl_attached": <char *>&_ctrl_example.attached - at,
             "ctrl_beat": <char *>&_ctrl_example.beat - at,
-            "ctrl_beat_period": <char *>&_ctrl_example.beat_period_ns - at}
+            "ctrl_beat_period": <char *>&_ctrl_example.beat_period_ns - at,
+            "ctrl_start": <char *>&_ctrl_example.start - at}
 
 
 # Offsets of the shared layout that Python code reads (cxlmpi.backends, tests).

@@ -84,13 +84,16 @@ cdef bind_node(char *base, size_t nbytes, int node):
 
 
 cdef uint64_t host_id = 0
+cdef uint64_t start_ticks = 0
 
 
-def set_host(uint64_t value):
-    """This host's identity, stored in the control lines of the pools this
-    process maps (a pid means something only on its host)."""
-    global host_id
+def set_host(uint64_t value, uint64_t start=0):
+    """This host's identity and this process's start time, stored in the
+    control lines of the pools this process maps (a pid means something
+    only on its host, and only for the process that started then)."""
+    global host_id, start_ticks
     host_id = value
+    start_ticks = start
 
 
 # Heartbeats (pyx/cxl_beat.h): liveness where a pid means nothing.

@@ -73,8 +73,9 @@ cdef int64_t this_pid = getpid()
 
 
 cdef void after_fork_in_child() noexcept nogil:
-    global this_pid
+    global this_pid, start_ticks
     this_pid = getpid()
+    start_ticks = 0     # the parent's: this process started later
 
 
 pthread_atfork(NULL, NULL, after_fork_in_child)
@@ -446,6 +447,7 @@ cdef class Pool:
         line.attached = 1
         line.beat = 0
         line.beat_period_ns = cxl_beat_period_ns
+        line.start = start_ticks
         cxl_store_release(&line.seq, 0)
         cxl_flush_meta(line, CTRL_NBYTES, 0)
         cdef int rc = cxl_beat_add(&line.beat, 1, &h.token, h.token)
