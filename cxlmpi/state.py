@@ -441,7 +441,10 @@ def arena_pool(comm: MPI.Intracomm | None) -> Pool | None:
     """The pool whose arenas hold `comm`'s pool-resident arrays -- the node
     heap its pool (its group's, when it spans several) shares, or that
     pool's own arenas; None without arenas: collective the first time.
-    `comm` None: COMM_WORLD."""
+    `comm` None: COMM_WORLD.  None after MPI_Finalize (or before MPI_Init),
+    when no collective can run and none may be set up."""
+    if MPI.Is_finalized() or not MPI.Is_initialized():
+        return None
     comm = MPI.COMM_WORLD if comm is None else comm
     pool = pool_state(comm) if not isinstance(comm, MPI.Intercomm) else None
     if isinstance(pool, Hierarchy):

@@ -55,6 +55,23 @@ def test_off_by_default() -> None:
 
 
 @pytest.mark.parametrize("pool", ["shm", "file"])
+@pytest.mark.parametrize("when", ["early", "late"])
+def test_arrays_after_mpi_finalize(pool: str, when: str, tmp_path) -> None:
+    """After an explicit MPI.Finalize() (arrays a program makes at its
+    end), cxlmpi.zeros gives a private array as NumPy would, with the hook
+    on too; a pool array made before keeps its contents.  Before, it set a
+    pool up through MPI: MPICH aborted the process ("after finalizing")."""
+    env = dict(ENV, AFTER_FINALIZE=when,
+               CXLMPI_POOL="shm" if pool == "shm" else f"file:{tmp_path / 'pool'}")
+    out = run_mpi(2, ["-m", "cxlmpi", "--alloc", "tests/scripts/after_finalize.py"], env=env)
+    found = [json.loads(x[len("AFTER "):]) for x in out.stdout.splitlines()
+             if x.startswith("AFTER ")]
+    assert len(found) == 2, out.stdout
+    for got in found:
+        assert all(got.values()) and len(got) == (2 if when == "early" else 4), got
+
+
+@pytest.mark.parametrize("pool", ["shm", "file"])
 def test_forked_child_never_touches_the_parent_pool(pool: str, tmp_path) -> None:
     """A forked child's allocations are private, its frees of inherited pool
     arrays and its pool close are no-ops for the parent: the parent's later
