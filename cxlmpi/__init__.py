@@ -11,6 +11,7 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
+from . import startup  # noqa: F401 - first: starts MPI if nothing has (cxlmpi.startup)
 from ._version import __version__
 from .comm import CXLComm, wrap
 from .entry import is_patched, patch, unpatch

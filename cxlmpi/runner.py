@@ -23,7 +23,9 @@ def run(args: list[str]) -> None:
     from mpi4py.run import run_command_line
 
     from .entry import patch  # installs the stats hook too
+    from .startup import take_over_init
 
+    take_over_init()    # MPI is started: the program's MPI.Init() finds it so
     patch()
     # Running the program is mpi4py.run's; aborting stays ours.  mpi4py.run
     # (main) calls set_abort_status here, which only records the status:

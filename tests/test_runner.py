@@ -143,6 +143,31 @@ def test_run_patched(form: str, stock_probe: list[dict]) -> None:
     assert leaked_segments(before) == []
 
 
+def _later(out: subprocess.CompletedProcess) -> list[dict]:
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("LATER ")]
+    found = json.loads(line[len("LATER "):])
+    assert len(found) == NRANKS, line
+    return found
+
+
+@pytest.mark.parametrize("how", ["import", "runner"])
+def test_a_program_that_starts_mpi_itself(how: str) -> None:
+    """``mpi4py.rc.initialize = False`` and ``MPI.Init_thread()`` of its own:
+    with cxlmpi imported before that, or run by ``python -m cxlmpi`` (which
+    imports it before the program), the program's Init_thread returns the
+    level stock gives it, its COMM_WORLD is cxlmpi's and its Allreduce
+    equals stock's.  Before, importing cxlmpi looked MPI up before MPI_Init
+    (MPICH aborted the process), and under the runner the program's own
+    Init_thread failed: MPI was started already."""
+    stock = _later(run_mpi(NRANKS, ["tests/scripts/init_later.py"],
+                           env={"INIT_LATER": "stock"}))
+    args = ["tests/scripts/init_later.py"] if how == "import" else \
+        ["-m", "cxlmpi", "tests/scripts/init_later.py"]
+    found = _later(run_mpi(NRANKS, args, env={"INIT_LATER": how, "CXLMPI_THRESHOLD": "0"}))
+    for got, want in zip(found, stock):
+        assert got == {"provided": want["provided"], "wrapped": True, "equal": True}, got
+
+
 def test_run_cmd_can_pickle_its_own_classes() -> None:
     code = ("import sys\n"
             "from mpi4py import MPI\n"
