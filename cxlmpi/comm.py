@@ -215,9 +215,20 @@ def wrap(comm: MPI.Comm) -> MPI.Comm:
 
     Intracommunicators come back as CXLComm (a CXLComm is returned as is);
     intercommunicators and topology communicators come back unchanged, since
-    their collectives always pass through."""
+    their collectives always pass through.
+
+    Wrapping COMM_WORLD is collective the first time, as patch() is: every
+    rank must agree on the settings that choose a call's path, or a rank
+    that sends a call to MPI (CXLMPI_DISABLE, CXLMPI_THRESHOLD) would leave
+    the others waiting in the pool's set-up; they raise CXLMPIConfigError
+    instead."""
     if isinstance(comm, CXLComm):
         return comm
+    if comm == _STOCK_CONSTANTS["COMM_WORLD"]:
+        from . import config
+        from .entry import _check_settings
+
+        _check_settings(config.get())
     if type(comm) is MPI.Intracomm:
         return CXLComm(comm)
     if type(comm) is MPI.Comm and comm != MPI.COMM_NULL and not comm.Is_inter():

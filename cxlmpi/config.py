@@ -256,7 +256,7 @@ VARIABLES: tuple[Variable, ...] = (
              "then, so that a peer waiting on it in MPI (RMA, a large send, a "
              "nonblocking collective) is served; 0 turns that off (only to "
              "measure its cost: a program can then hang).",
-             agreed=False),
+             agreed=True),      # (a rank with it on sets a helper communicator up)
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit "
              "(the object collectives as bcast(obj) & co.).",

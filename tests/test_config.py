@@ -48,7 +48,7 @@ OTHER_VALUES = {
 # rank, and each process beats (and emulates its caches) on its own.  Nor
 # the NumPy hook's threshold: where each rank's buffers live is exchanged in
 # a header step of every call that could use them in place.
-LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_PROGRESS", "CXLMPI_CACHE",
+LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_CACHE",
          "CXLMPI_POOL_GROUP", "CXLMPI_HEARTBEAT", "CXLMPI_LEASE_BEATS",
          "CXLMPI_EMULATE_SEED", "CXLMPI_EMULATE_FAULT", "CXLMPI_ALLOC_THRESHOLD"}
 

@@ -651,12 +651,19 @@ DISAGREE = "tests/scripts/disagree.py"
     ("CXLMPI_OBJECTS", "1", "buffers"),
     ("CXLMPI_THRESHOLD", "2M", "patch"),
     ("CXLMPI_ALLOC", "1", "patch"),
+    ("CXLMPI_DISABLE", "1", "world"),
+    ("CXLMPI_THRESHOLD", "2M", "world"),
+    ("CXLMPI_PROGRESS", "0", "buffers"),
 ])
 def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how: str) -> None:
     """One rank with another value of a setting that chooses the path:
     every rank raises CXLMPIConfigError naming the variable (when cxlmpi is
-    patched in, at the first object collective, or when the pool is set up)
-    instead of the ranks taking different paths and waiting forever."""
+    patched in or wraps COMM_WORLD, at the first object collective, or when
+    the pool is set up) instead of the ranks taking different paths and
+    waiting forever.  Before, a rank that wrapped COMM_WORLD with
+    CXLMPI_DISABLE=1 (or a higher threshold) sent its Allreduce to MPI while
+    the other waited in the pool's set-up, and one with CXLMPI_PROGRESS=0
+    skipped the set-up's Comm_dup: MPICH aborted ("Message truncated")."""
     job = launch_mpi(2, [DISAGREE, var, value, how], env={"CXLMPI_TIMEOUT": "20"},
                      timeout=FAIL_TIMEOUT)
     assert not job.timed_out and job.returncode != 0, job.describe()

@@ -2,8 +2,9 @@
 (tests/test_runner.py): `disagree.py VAR VALUE HOW` sets VAR=VALUE in rank
 0's environment only, before cxlmpi reads its settings, then makes the
 calls HOW says -- ``patch`` (cxlmpi.patch(), then an object bcast),
-``objects`` (a wrapped communicator's object bcast first) or ``buffers``
-(a wrapped communicator's large Allreduce first).  Each must fail on every
+``objects`` (a wrapped communicator's object bcast first), ``buffers``
+(a wrapped communicator's large Allreduce first) or ``world`` (the same on
+cxlmpi.wrap(MPI.COMM_WORLD)).  Each must fail on every
 rank with a CXLMPIConfigError naming VAR, not hang; a rank that raises
 prints ``RAISED <error>``, one that gets through ``FINISHED``."""
 
@@ -26,10 +27,12 @@ def main() -> None:
     if how == "patch":
         cxlmpi.patch()
         comm = MPI.COMM_WORLD
+    elif how == "world":
+        comm = cxlmpi.wrap(MPI.COMM_WORLD)
     else:
         comm = cxlmpi.wrap(MPI.COMM_WORLD.Dup())
     big = list(range(1 << 16))  # a pickle far above CXLMPI_THRESHOLD
-    if how != "buffers":
+    if how not in ("buffers", "world"):
         got = comm.bcast(big if rank == 0 else None, root=0)
         assert got == big
     data = np.arange(1 << 17, dtype=np.float64)
