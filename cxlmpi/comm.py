@@ -226,11 +226,29 @@ def wrap(comm: MPI.Comm) -> MPI.Comm:
         return comm
     if comm == _STOCK_CONSTANTS["COMM_WORLD"]:
         from . import config
-        from .entry import _check_settings
 
-        _check_settings(config.get())
+        check_settings(config.get())
     if type(comm) is MPI.Intracomm:
         return CXLComm(comm)
     if type(comm) is MPI.Comm and comm != MPI.COMM_NULL and not comm.Is_inter():
         return CXLComm(comm)
     return comm
+
+
+_checked: object = None  # the settings checked already
+
+
+def check_settings(cfg: object) -> None:
+    """Collective over COMM_WORLD, once per reading of the settings: every
+    rank must agree on the settings of config.AGREED before any call can
+    take a path that depends on them (a program's first collective may
+    never set a pool up, where the check would otherwise run)."""
+    global _checked
+    if _checked is cfg or not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    world = _STOCK_CONSTANTS["COMM_WORLD"]
+    if world.Get_size() > 1:
+        from .group import check_agreed
+
+        check_agreed(world, cfg)
+    _checked = cfg

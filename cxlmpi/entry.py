@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from . import agree
 from .comm import _STOCK_CONSTANTS as _ORIGINAL
-from .comm import CXLComm, predefined, reduce_stock
+from .comm import CXLComm, check_settings, predefined, reduce_stock
 
 if TYPE_CHECKING:
     from .config import Config
@@ -45,7 +45,7 @@ def patch() -> None:
 
     install_stats_hook()
     cfg = config.get()
-    _check_settings(cfg)
+    check_settings(cfg)
     if not cfg.disable and _alloc_wanted(cfg):  # collective: every rank patches
         from .alloc import enable
 
@@ -63,7 +63,6 @@ def _alloc_wanted(cfg: Config) -> bool:
     return all(agree.allgather(_ORIGINAL["COMM_WORLD"], huge_pages(cfg.pool)[0]))
 
 
-_checked: object = None  # the settings checked already
 _warned = False  # the warning about communicators taken too early was given
 
 # Frames of these packages are the machinery between the program and
@@ -131,22 +130,6 @@ def _warn_if_held(frame: FrameType | None) -> None:
     warnings.warn_explicit(message, UserWarning, frame.f_code.co_filename, frame.f_lineno,
                            module=str(frame.f_globals.get("__name__", "")),
                            registry=frame.f_globals.setdefault("__warningregistry__", {}))
-
-
-def _check_settings(cfg: object) -> None:
-    """Collective over COMM_WORLD, once per reading of the settings: every
-    rank must agree on the settings of config.AGREED before any call can
-    take a path that depends on them (a program's first collective may
-    never set a pool up, where the check would otherwise run)."""
-    global _checked
-    if _checked is cfg or not MPI.Is_initialized() or MPI.Is_finalized():
-        return
-    world = _ORIGINAL["COMM_WORLD"]
-    if world.Get_size() > 1:
-        from .group import check_agreed
-
-        check_agreed(world, cfg)
-    _checked = cfg
 
 
 def unpatch() -> None:
