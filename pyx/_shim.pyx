@@ -1093,15 +1093,6 @@ cdef tuple extent_of(tuple d, object displ, object count):
     return min(first, last), max(first, last) + textent
 
 
-cdef bint spans(tuple d, object displ, object count) except -1:
-    """Whether `count` elements of the datatype of `d` from element `displ`
-    on lie within the buffer."""
-    if count == 0:
-        return True
-    first, end = extent_of(d, displ, count)
-    return first >= 0 and end <= d[0]
-
-
 cdef tuple reach_of(tuple d, list parts):
     """[lo, hi): the user's memory that `parts` (see `staging`) reach in
     the buffer of `d` (address d[5])."""
@@ -1159,9 +1150,13 @@ cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least,
                    bint reducing=False):
     """`parse` for a message of a derived datatype or in a device array
     (see above) of at least `least` bytes: a Message of its elements in a
-    temporary buffer (`count` per block, as `parse` counts), or None.  Only
-    a message that lies within its buffer is staged (mpi4py does not check
-    a derived datatype's reach); the others go to MPI as before.
+    temporary buffer (`count` per block, as `parse` counts), or None.  MPI
+    itself copies the elements where the datatype says (`move`), as it
+    would for the call under stock MPI, so a message whose datatype reaches
+    past its buffer object (mpi4py does not check a derived datatype's
+    reach: a column [A[0, 1:], 1, column] of a matrix A) is staged too; a
+    rank that sent it to MPI alone left its peers waiting in the pool's
+    set-up, and took their set-up's messages for its own.
     `reducing`: only a device array of a predefined datatype."""
     found = None if reducing else derived(msg, False, writable)
     if found is None:
@@ -1183,7 +1178,7 @@ cdef Message stage(object msg, bint writable, int blocks, Py_ssize_t least,
     except (TypeError, AttributeError, OverflowError):
         return None
     if displ < 0 or total < 0 or total > PY_SSIZE_T_MAX // 4 // d[1] or \
-            total * d[1] < least or not spans(d, displ, total):
+            total * d[1] < least:
         return None
     cdef Message m = staging(d, total, [([o_buf, total, displ, o_type], 0, total)])
     if m is not None:
@@ -1211,7 +1206,7 @@ cdef Vector stage_vector(object msg, int blocks):
         return None
     moves = []
     for i in range(blocks):
-        if v.counts[i] < 0 or v.displs[i] < 0 or not spans(d, v.displs[i], v.counts[i]) \
+        if v.counts[i] < 0 or v.displs[i] < 0 \
                 or v.counts[i] > PY_SSIZE_T_MAX // 4 // d[1] - total:
             return None
         if v.counts[i]:

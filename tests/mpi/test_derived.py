@@ -33,6 +33,11 @@ CALLS = 6
 N = max(2 * CFG.threshold, 3 * CFG.chunk_size + 24) // 8
 ROOTS = sorted({0, SIZE - 1})
 UNTOUCHED = -7.0   # the gaps between a derived message's doubles
+# The same doubles, as one element of a vector type described from a view
+# of the array's first two elements only: the type reaches past that view,
+# within the array (as [A[0, 1:], 1, column] for a column of a C matrix);
+# legal, and mpi4py does not check it.
+STRIDED = MPI.DOUBLE.Create_vector(N, 1, 2).Commit()
 
 
 class Buf:
@@ -80,10 +85,15 @@ def run(name: str, call, pool_name: str | None = None) -> None:
 
 
 @pytest.mark.parametrize("root", ROOTS)
-def test_bcast(root: int) -> None:
+@pytest.mark.parametrize("past", [False, True])
+def test_bcast(root: int, past: bool) -> None:
+    """`past`: the derived ranks' datatype reaches past the buffer object
+    they pass (STRIDED).  Before, such a rank sent the call to MPI alone
+    while the others set the pool up on the fresh communicator: they waited
+    for ever, or took its message for their set-up's."""
     def call(c, seed):
         b = Buf(make_data(np.float64, N, seed) if RANK == root else np.zeros(N), DERIVED)
-        c.Bcast(b.msg, root)
+        c.Bcast([b.raw[:2], 1, STRIDED] if past and DERIVED else b.msg, root)
         return b.values(), b.gaps_kept()
     run("Bcast", call)
 
