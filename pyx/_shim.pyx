@@ -750,7 +750,9 @@ cdef int read_ints(object value, Py_ssize_t blocks, Py_ssize_t *out,
                    bint scalar=True) except -1:
     """`blocks` ints from an int (where `scalar` allows one) or a sequence
     of them into `out`: 1, or 0 when `value` is not that (mpi4py reports
-    it); ValueError on a length that is not `blocks`."""
+    it); ValueError on a length that is not `blocks`.  Read as mpi4py reads
+    it, by len() and [i] (a dict {0: 1, 1: 2} is [1, 2]; a generator has no
+    length)."""
     cdef Py_ssize_t i, n
     cdef object item
     try:
@@ -760,7 +762,6 @@ cdef int read_ints(object value, Py_ssize_t blocks, Py_ssize_t *out,
                 for i in range(blocks):
                     out[i] = n
                 return 1
-            value = list(value)
         n = len(value)
         if n != blocks:
             raise ValueError(f"message: expecting {blocks} items, got {n}")

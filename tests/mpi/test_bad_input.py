@@ -331,3 +331,19 @@ def test_reduce_scatter_counts_not_a_sequence(comm, n):
     _same_error(lambda: comm.Reduce_scatter(send, recv, n),
                 lambda: PLAIN.Reduce_scatter(send, recv, n), "int recvcounts")
     agree(untouched(), "nothing written around the receive buffer")
+
+
+def test_counts_read_as_mpi4py_reads_them(comm, n):
+    """Counts are read by len() and [i], as mpi4py reads them: a dict
+    {rank: count} gives the counts in rank order (before: its keys, a
+    silent wrong result), a generator is refused as by stock (TypeError)."""
+    counts = {q: n + q for q in range(SIZE)}
+    send = make_data(np.float64, counts[RANK], 44)
+    want = np.full(sum(counts.values()), -7.0)
+    got = want.copy()
+    PLAIN.Allgatherv(send, [want, counts, MPI.DOUBLE])
+    comm.Allgatherv(send, [got, counts, MPI.DOUBLE])
+    agree(np.array_equal(got, want), "Allgatherv with counts in a dict")
+    _same_error(lambda: comm.Allgatherv(send, [got, (n + q for q in range(SIZE)), MPI.DOUBLE]),
+                lambda: PLAIN.Allgatherv(send, [want, (n + q for q in range(SIZE)),
+                                                MPI.DOUBLE]), "counts in a generator")
