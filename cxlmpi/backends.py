@@ -297,9 +297,12 @@ class Device:
         self.capacity = capacity
         self.align = align
         self.table_nbytes = _round_up(TABLE_NBYTES, align)
-        if spec.kind == "file" and not _reserve(fd, 0, self.table_nbytes):
+        # (reserved before it is touched: on a full tmpfs, a page faulted in
+        # that the tmpfs cannot give is a SIGBUS)
+        err = _pool.reserve(fd, 0, self.table_nbytes) if spec.kind == "file" else 0
+        if err:
             raise CXLMPIPoolError(f"{spec}: {_pool.NO_SPACE} for its partition table "
-                                  f"({self.table_nbytes} bytes)")
+                                  f"({self.table_nbytes} bytes): {os.strerror(err)}")
         self._map = mmap.mmap(fd, self.table_nbytes, mmap.MAP_SHARED,
                               mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._words = memoryview(self._map).cast("Q")
@@ -763,17 +766,6 @@ def _punches_holes(fd: int) -> bool:
     if _libc.fstatfs(fd, buf) != 0:
         return False
     return struct.unpack_from("<q", buf, 0)[0] in _PUNCHING_FS
-
-
-def _reserve(fd: int, offset: int, nbytes: int) -> bool:
-    """Allocate the pages of bytes [offset, offset + nbytes) of a pool file
-    before they are mapped, so that touching them cannot SIGBUS on a full
-    tmpfs: False when the filesystem has no room (a filesystem that cannot
-    reserve is taken at its word)."""
-    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, ctypes.c_long(offset),
-                       ctypes.c_long(nbytes)) == 0:
-        return True
-    return ctypes.get_errno() not in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _punch_hole(fd: int, offset: int, nbytes: int) -> None:

@@ -217,17 +217,18 @@ def wrap(comm: MPI.Comm) -> MPI.Comm:
     intercommunicators and topology communicators come back unchanged, since
     their collectives always pass through.
 
-    Wrapping COMM_WORLD is collective the first time, as patch() is: every
-    rank must agree on the settings that choose a call's path, or a rank
-    that sends a call to MPI (CXLMPI_DISABLE, CXLMPI_THRESHOLD) would leave
-    the others waiting in the pool's set-up; they raise CXLMPIConfigError
-    instead."""
+    The first collective on a wrapped COMM_WORLD checks that every rank
+    agrees on the settings that choose a call's path, as patch() does: a
+    rank that sends a call to MPI (CXLMPI_DISABLE, CXLMPI_THRESHOLD) would
+    leave the others waiting in the pool's set-up; they all raise
+    CXLMPIConfigError instead.  (Not wrap() itself, which may be called by
+    some ranks only, or before a point-to-point exchange.)"""
     if isinstance(comm, CXLComm):
         return comm
     if comm == _STOCK_CONSTANTS["COMM_WORLD"]:
         from . import config
 
-        check_settings(config.get())
+        _shim.check_world_first(lambda: check_settings(config.get()))
     if type(comm) is MPI.Intracomm:
         return CXLComm(comm)
     if type(comm) is MPI.Comm and comm != MPI.COMM_NULL and not comm.Is_inter():

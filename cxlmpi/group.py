@@ -78,12 +78,12 @@ def disagreement(everyone: list[dict]) -> str | None:
 
 def _raise_any(comm: MPI.Intracomm, error: str | None, kind: type = CXLMPIPoolError) -> None:
     """Collective: raise on every rank if `error` is set on any; a lack of
-    memory (NO_SPACE) as a CXLMPIPoolError whatever `kind`, so that every
-    rank goes on through MPI alike."""
+    memory (NO_SPACE, on every rank that failed) as a CXLMPIPoolError
+    whatever `kind`, so that every rank goes on through MPI alike."""
     errors = [e for e in agree.allgather(comm, error) if e]
     if errors:
-        text = "; ".join(dict.fromkeys(errors))
-        raise (CXLMPIPoolError if NO_SPACE in text else kind)(text)
+        short = all(NO_SPACE in e for e in errors)
+        raise (CXLMPIPoolError if short else kind)("; ".join(dict.fromkeys(errors)))
 
 
 def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:

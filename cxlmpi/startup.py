@@ -5,10 +5,15 @@ A program that starts MPI itself (``mpi4py.rc.initialize = False``, then
 cxlmpi``, which imports cxlmpi before the program: cxlmpi's modules look
 MPI up as they load, which MPI allows only once it is initialized (MPICH
 aborts the process otherwise).  So cxlmpi starts MPI when it is not
-started yet - at the thread level ``mpi4py.rc.thread_level`` asks, as
-mpi4py itself would - and the program's own ``MPI.Init()`` and
+started yet - as mpi4py itself would, by ``mpi4py.rc.threads`` and
+``mpi4py.rc.thread_level`` - and the program's own ``MPI.Init()`` and
 ``MPI.Init_thread()`` then find it started and return as if they had
-started it (``Init_thread`` gives the level MPI provides).  Importing this
+started it.  ``Init_thread(required)`` gives the level MPI provides, which
+may be above `required` (as MPI allows): set ``mpi4py.rc.thread_level``
+before importing cxlmpi, or MPI4PY_RC_THREAD_LEVEL in the environment,
+to ask for less.  A reference to the stock
+``Init_thread`` taken before importing cxlmpi still fails ("more than
+once").  Importing this
 module does it: cxlmpi imports it first.
 """
 
@@ -29,8 +34,11 @@ def ensure_initialized() -> None:
     """Start MPI if nothing has (before it is finalized)."""
     if MPI.Is_initialized() or MPI.Is_finalized():
         return
-    level = _LEVELS.get(str(mpi4py.rc.thread_level).lower(), MPI.THREAD_MULTIPLE)
-    _stock_init_thread(level)
+    if mpi4py.rc.threads:
+        _stock_init_thread(_LEVELS.get(str(mpi4py.rc.thread_level).lower(),
+                                       MPI.THREAD_MULTIPLE))
+    else:
+        _stock_init()
     take_over_init()
 
 

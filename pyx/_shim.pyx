@@ -312,6 +312,8 @@ cdef inline int enter(object comm) except -1:
     where it matters, once; the windows are those of `comm`'s pool."""
     if not configured:
         _config.get()
+    if world_check is not None:
+        check_world(comm)
     if hosts_apart:
         sized(comm)
         set_table(_sized_state)   # (this thread's: see lo1)
@@ -319,6 +321,28 @@ cdef inline int enter(object comm) except -1:
 
 
 _config.on_change(configure)
+
+
+# cxlmpi.wrap(COMM_WORLD) leaves the settings check (a collective step) to
+# the first collective on COMM_WORLD: made by every rank at the same point
+# of its calls, disabled ranks included (wrap itself may be called by some
+# ranks only, or before a point-to-point exchange).
+cdef object world_check = None
+cdef object _world_handle = MPI.COMM_WORLD.handle
+
+
+def check_world_first(check):
+    """Run `check()` on the next intercepted collective on COMM_WORLD."""
+    global world_check
+    world_check = check
+
+
+cdef int check_world(object comm) except -1:
+    global world_check
+    if comm.handle == _world_handle:
+        check, world_check = world_check, None
+        check()
+    return 0
 
 
 # ---------------------------------------------------------- type tables

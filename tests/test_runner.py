@@ -150,20 +150,25 @@ def _later(out: subprocess.CompletedProcess) -> list[dict]:
     return found
 
 
+@pytest.mark.parametrize("level", ["multiple", "funneled"])
 @pytest.mark.parametrize("how", ["import", "runner"])
-def test_a_program_that_starts_mpi_itself(how: str) -> None:
+def test_a_program_that_starts_mpi_itself(how: str, level: str) -> None:
     """``mpi4py.rc.initialize = False`` and ``MPI.Init_thread()`` of its own:
     with cxlmpi imported before that, or run by ``python -m cxlmpi`` (which
-    imports it before the program), the program's Init_thread returns the
-    level stock gives it, its COMM_WORLD is cxlmpi's and its Allreduce
+    imports it before the program: the level asked for in the environment,
+    MPI4PY_RC_THREAD_LEVEL), the program's Init_thread returns the level
+    stock gives it, its COMM_WORLD is cxlmpi's and its Allreduce
     equals stock's.  Before, importing cxlmpi looked MPI up before MPI_Init
     (MPICH aborted the process), and under the runner the program's own
     Init_thread failed: MPI was started already."""
     stock = _later(run_mpi(NRANKS, ["tests/scripts/init_later.py"],
-                           env={"INIT_LATER": "stock"}))
+                           env={"INIT_LATER": "stock", "INIT_LEVEL": level,
+                                "MPI4PY_RC_THREAD_LEVEL": level}))
     args = ["tests/scripts/init_later.py"] if how == "import" else \
         ["-m", "cxlmpi", "tests/scripts/init_later.py"]
-    found = _later(run_mpi(NRANKS, args, env={"INIT_LATER": how, "CXLMPI_THRESHOLD": "0"}))
+    found = _later(run_mpi(NRANKS, args, env={"INIT_LATER": how, "INIT_LEVEL": level,
+                                              "MPI4PY_RC_THREAD_LEVEL": level,
+                                              "CXLMPI_THRESHOLD": "0"}))
     for got, want in zip(found, stock):
         assert got == {"provided": want["provided"], "wrapped": True, "equal": True}, got
 
@@ -671,6 +676,19 @@ def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how
               if line.startswith("RAISED CXLMPIConfigError") and var in line]
     assert len(raised) == 2, job.describe()
     assert "FINISHED" not in job.stdout, job.describe()
+
+
+def test_wrapping_comm_world_is_no_collective_step() -> None:
+    """Ranks wrap COMM_WORLD at different points (one before a send and a
+    plain broadcast, the other after them): the job completes and the
+    wrapped Allreduce equals stock's.  The settings check that wrapping
+    COMM_WORLD needs (above) runs at its first collective instead; run by
+    wrap() itself, it made this job hang."""
+    job = launch_mpi(2, ["tests/scripts/wrap_order.py"], env={"CXLMPI_TIMEOUT": "20"},
+                     timeout=FAIL_TIMEOUT)
+    assert not job.timed_out and job.returncode == 0, job.describe()
+    [line] = [x for x in job.stdout.splitlines() if x.startswith("ORDER ")]
+    assert json.loads(line[len("ORDER "):]) == [True, True], line
 
 
 # ------------------------------------------------------ 6. tools/compare.py

@@ -99,6 +99,12 @@ cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
     return errno
 
 
+def reserve(int fd, size_t offset, size_t nbytes):
+    """`reserve_file` for cxlmpi.backends (a pool file's partition table):
+    0, or the errno."""
+    return reserve_file(fd, offset, nbytes)
+
+
 cdef class Pool:
     """One mapped segment and this rank's view of it (one per communicator).
 

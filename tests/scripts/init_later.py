@@ -1,5 +1,6 @@
 """A program that starts MPI itself: ``mpi4py.rc.initialize = False``, then
-``MPI.Init_thread(THREAD_MULTIPLE)``.  INIT_LATER=import imports cxlmpi
+``MPI.Init_thread(level)``, INIT_LEVEL (``multiple`` or ``funneled``, also
+set as ``mpi4py.rc.thread_level``, which stock ignores here).  INIT_LATER=import imports cxlmpi
 before that (and wraps COMM_WORLD); =runner expects ``python -m cxlmpi``
 (COMM_WORLD patched); =stock uses no cxlmpi.  An Allreduce of 2 MiB on
 COMM_WORLD, compared with a plain communicator's on the same data; rank 0
@@ -14,6 +15,7 @@ import os
 import mpi4py
 
 mpi4py.rc.initialize = False
+mpi4py.rc.thread_level = os.environ["INIT_LEVEL"]
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
@@ -21,7 +23,7 @@ from mpi4py import MPI  # noqa: E402
 mode = os.environ["INIT_LATER"]
 if mode == "import":
     import cxlmpi
-provided = MPI.Init_thread(MPI.THREAD_MULTIPLE)
+provided = MPI.Init_thread(getattr(MPI, "THREAD_" + os.environ["INIT_LEVEL"].upper()))
 comm = cxlmpi.wrap(MPI.COMM_WORLD) if mode == "import" else MPI.COMM_WORLD
 plain = MPI.Intracomm(MPI.COMM_WORLD)
 a = np.random.default_rng([7, comm.Get_rank()]).standard_normal(1 << 18)
