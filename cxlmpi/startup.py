@@ -10,11 +10,10 @@ started yet - as mpi4py itself would, by ``mpi4py.rc.threads`` and
 ``MPI.Init_thread()`` then find it started and return as if they had
 started it.  ``Init_thread(required)`` gives the level MPI provides, which
 may be above `required` (as MPI allows): set ``mpi4py.rc.thread_level``
-before importing cxlmpi, or MPI4PY_RC_THREAD_LEVEL in the environment,
-to ask for less.  A reference to the stock
-``Init_thread`` taken before importing cxlmpi still fails ("more than
-once").  Importing this
-module does it: cxlmpi imports it first.
+before importing cxlmpi, or MPI4PY_RC_THREAD_LEVEL in the environment, to
+ask for less.  A reference to the stock ``Init_thread`` taken before
+importing cxlmpi still fails ("more than once").  Importing this module
+does it: cxlmpi imports it first.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from cxlmpi._pool import Pool
 from harness import ROOT, SMALL_POOL_ENV, mpi_env, run_mpi
 
 from cxlmpi import _pool, backends, config
-from cxlmpi.errors import CXLMPIConfigError, CXLMPIPoolError
+from cxlmpi.errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 
 MIB = 1 << 20
 
@@ -721,3 +721,26 @@ def test_communicators_without_room_go_to_mpi(tmp_path: Path) -> None:
     assert result["ok"] and result["pool"] >= 1 and result["passed"] >= 1, result
     assert result["pool"] + result["passed"] == 6, result
     assert proc.stderr.count("no room for a") == 2, proc.stderr
+
+
+@pytest.mark.parametrize("errors, kind", [
+    (["rank 1: not enough shared memory for its partition table"], CXLMPIPoolError),
+    (["rank 0: not enough shared memory for x", "rank 1: not enough shared memory for y"],
+     CXLMPIPoolError),
+    (["rank 0: not enough shared memory for x", "rank 1: /pool has mode 644"],
+     CXLMPIConfigError),
+])
+def test_only_a_lack_of_memory_everywhere_sends_the_job_to_mpi(monkeypatch, errors,
+                                                               kind) -> None:
+    """A pool set-up's errors, gathered from every rank, raise as the
+    configuration error they are -- but where every failing rank lacked
+    memory (a full /dev/shm), as a pool error, which sends the job to MPI
+    with a warning; a configuration error beside one is not hidden so."""
+    from mpi4py import MPI
+
+    from cxlmpi import group
+
+    monkeypatch.setattr(group.agree, "allgather", lambda comm, mine: [None, *errors])
+    with pytest.raises(CXLMPIError) as raised:
+        group._raise_any(MPI.COMM_SELF, None, CXLMPIConfigError)
+    assert type(raised.value) is kind
