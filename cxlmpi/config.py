@@ -257,6 +257,15 @@ VARIABLES: tuple[Variable, ...] = (
              "nonblocking collective) is served; 0 turns that off (only to "
              "measure its cost: a program can then hang).",
              agreed=True),      # (a rank with it on sets a helper communicator up)
+    Variable("CXLMPI_ORDERING", _parse_bool, "1",
+             "A pool collective orders the rank's earlier MPI traffic as stock "
+             "MPI's own collective would: before a rank leaves it, what its "
+             "peers sent through MPI before entering it (an eager send, an RMA "
+             "epoch's completion) has reached this rank's MPI, as after a stock "
+             "Barrier.  It costs one MPI barrier on a private communicator per "
+             "pool collective (and sends Barrier itself to MPI); 0 drops it, for "
+             "programs that never rely on that order.",
+             agreed=True),      # (a rank with it on makes MPI calls its peers must match)
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit "
              "(the object collectives as bcast(obj) & co.).",
@@ -360,6 +369,7 @@ class Config:
     alloc: bool | None   # None: auto (where pool memory gets huge pages)
     alloc_threshold: int
     progress: bool
+    ordering: bool
     stats: bool
     disable: bool
 

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from . import config
+from . import _shim, config
 from ._pool import Pool
 from .group import check_agreed
 from .state import pool_for, run_pool
@@ -314,6 +314,7 @@ def _run(name: str, comm: MPI.Intracomm, root: Any,
     if pool is not None:
         result = through_pool(pool, r)
         if result is not _STOCK:
+            _shim.order_calls(comm)
             _pooled(name, t0, result[1])
             return result[0]
     out = stock()

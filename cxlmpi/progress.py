@@ -66,21 +66,23 @@ def iprobe_address() -> int:
     return _found[0]
 
 
-def attach(pool: Any, comm: MPI.Intracomm) -> MPI.Intracomm | None:
-    """Collective over `comm`: make the waits of `pool` (a Pool or a
-    Hierarchy) call MPI progress, probing a private duplicate of `comm`,
-    which is returned (the caller frees it with the pool); None without a
-    pool or when MPI_Iprobe cannot be found (the same on every rank: one
-    MPI library)."""
-    address = iprobe_address()
-    if pool is None or not address:
+def attach(pool: Any, comm: MPI.Intracomm, *, calls: bool = True,
+           ordering: bool = True) -> MPI.Intracomm | None:
+    """Collective over `comm`: a private duplicate of `comm` for `pool` (a
+    Pool or a Hierarchy; None: no duplicate), which the caller frees with
+    the pool.  `calls`: the pool's waits call MPI progress, probing it
+    (where MPI_Iprobe can be found: the same on every rank, one MPI
+    library).  `ordering`: the shim ends each pool collective with a
+    barrier on it (see cxlmpi._shim `order`).  None when neither applies."""
+    address = iprobe_address() if calls else 0
+    if pool is None or not (address or ordering):
         return None
     # Every rank duplicates (collective), even one alone in its pool group
     # (a Hierarchy without a pool), which has no waits to make progress in.
     probe = comm.Dup()
     probe.Set_name("cxlmpi-progress")
     local = getattr(pool, "pool", pool)
-    if local is not None:
+    if local is not None and address:
         handle_is_int = MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_int)
         local.set_progress(address, probe.handle, MPI.ANY_SOURCE, MPI.ANY_TAG, handle_is_int)
     return probe

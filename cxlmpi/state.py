@@ -36,12 +36,17 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only", "probe", "routes", "machine", "hosts", "key")
+    __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "routes", "machine",
+                 "hosts", "key")
 
     def __init__(self, pool: Pool | Hierarchy | None,
-                 probe: MPI.Intracomm | None = None) -> None:
+                 probe: MPI.Intracomm | None = None, ordering: bool = False) -> None:
         self.pool = pool
         self.probe = probe  # what the pool's waits probe for MPI progress
+        # where each pool collective ends with an MPI barrier (None: none;
+        # see _shim `order`)
+        self.order: MPI.Intracomm | None = probe if ordering else None
+        self.order_at: int = MPI._addressof(probe) if self.order is not None else 0
         self.error: CXLMPIError | None = None
         self.only: tuple[bool, ...] | None = None
         # adaptive selection (cxlmpi.select): the compiled routes, whose
@@ -68,7 +73,7 @@ class _State:
         """Close, and free the progress communicator (collective: the
         communicator itself is being freed on every rank)."""
         self.close()
-        probe, self.probe = self.probe, None
+        probe, self.probe, self.order, self.order_at = self.probe, None, None, 0
         if probe is not None and not MPI.Is_finalized():
             probe.Free()
 
@@ -275,7 +280,8 @@ def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
         else:
             raise
         pool = None
-    state = _State(pool, progress.attach(pool, plain) if cfg.progress else None)
+    probe = progress.attach(pool, plain, calls=cfg.progress, ordering=cfg.ordering)
+    state = _State(pool, probe, cfg.ordering)
     if cfg.adaptive and pool is not None:
         _learn(state, pool, plain, cfg)
     return state

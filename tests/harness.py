@@ -3,6 +3,7 @@ jobs and looking at /dev/shm."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -165,6 +167,18 @@ def launch_mpi(nranks: int, args: list[str], env: dict[str, str] | None = None,
         out.seek(0)
         err.seek(0)
         return MPIJob(cmd, returncode, out.read(), err.read(), seconds)
+
+
+@contextlib.contextmanager
+def cpu_bound_neighbour() -> Iterator[None]:
+    """A process that keeps a core busy while the block runs (the machine
+    of a real suite run, where the ranks share their cores)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # MPICH and Open MPI leave their own shared-memory segments behind when a

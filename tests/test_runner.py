@@ -659,6 +659,7 @@ DISAGREE = "tests/scripts/disagree.py"
     ("CXLMPI_DISABLE", "1", "world"),
     ("CXLMPI_THRESHOLD", "2M", "world"),
     ("CXLMPI_PROGRESS", "0", "buffers"),
+    ("CXLMPI_ORDERING", "0", "buffers"),
 ])
 def test_ranks_that_disagree_on_a_setting_fail_clearly(var: str, value: str, how: str) -> None:
     """One rank with another value of a setting that chooses the path:

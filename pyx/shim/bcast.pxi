@@ -6,12 +6,16 @@
 
 
 def Barrier(self):
-    """Barrier synchronization (in the pool once the pool exists)."""
+    """Barrier synchronization (in the pool once the pool exists, with
+    CXLMPI_ORDERING=0; with ordering, stock MPI's own barrier does its work)."""
     enter(self)
     cdef double t0 = start(), t
     state = comm_state(self)
     cdef int code = 0, zc = 0
-    if not disabled and state is not None and state.pool is not None:
+    # (with CXLMPI_ORDERING a pool Barrier would end in an MPI barrier:
+    # the stock one alone does the same)
+    if not disabled and state is not None and state.pool is not None \
+            and state.order is None:
         code = take(self, state, BARRIER, 0, -1)
     if code <= 0:
         if code == 0:

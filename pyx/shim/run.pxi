@@ -176,16 +176,52 @@ cdef int run(object comm, int which, int code, object stock, tuple stock_args,
             res = method(*args, flags=code - 1)
         else:
             res = method(*args)
+    except PoolFailure as exc:
+        if not exc.passed:
+            raise run_failed(comm, exc) from None
+    else:
+        order(comm)
         if res:
             stat_zc[which] += 1
             return 1
         return 0
-    except PoolFailure as exc:
-        if not exc.passed:
-            raise run_failed(comm, exc) from None
     stock(*stock_args)
     stat_pass[which] += 1
     return -1
+
+
+cdef int order(object comm) except -1:
+    """End a pool collective as stock MPI's own would end for the rank's
+    earlier MPI traffic (CXLMPI_ORDERING): with a barrier through MPI on the
+    state's private duplicate of the communicator.  Stock MPI's collective
+    moves its messages through the same channels as the program's own, in
+    order, so a rank leaves it only after what its peers sent before
+    entering it (an eager send, the completion of an RMA access epoch) has
+    reached its MPI, and its own earlier sends have left; the pool moves
+    nothing through MPI, and mpi4py's own tests (an Iprobe, a Win.Test after
+    a Barrier) saw that traffic missing.  The barrier restores the order
+    where MPI has it, and costs one MPI barrier per pool collective."""
+    state = comm_state(comm)
+    probe = None if state is None else state.order
+    if probe is None:
+        return 0
+    cdef uintptr_t at = state.order_at if found else 0
+    cdef cxl_h h = cxl_mpi_read(<const void *>at) if at else 0
+    cdef int ierr
+    if h == 0 or h == COMM_NULL_H:
+        probe.Barrier()
+        return 0
+    with nogil:
+        ierr = cxl_mpi_barrier(h)
+    if ierr != 0:
+        raise MPI.Exception(ierr)
+    return 0
+
+
+def order_calls(comm):
+    """`order` for the object collectives (cxlmpi.objects): once at the
+    end of each."""
+    order(comm)
 
 
 def run_pool(comm, method, *args):
