@@ -408,6 +408,22 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
     return err
 
 
+def order_timed_out(comm: MPI.Intracomm, state: _State, what: str) -> CXLMPIError:
+    """The error of a rank whose pool collective ended, but whose MPI
+    barrier after it (CXLMPI_ORDERING) did not within CXLMPI_TIMEOUT: a
+    peer left the collective on another branch (it raised) or stands
+    still.  The pool of the communicator is unusable from here."""
+    name = comm.Get_name() or f"communicator {comm.handle:#x}"
+    err = CXLMPITimeoutError(
+        f"cxlmpi: {what} on {name} (rank {comm.Get_rank()} of {comm.Get_size()}) "
+        f"finished in the pool, but a peer did not reach its end within "
+        f"{config.get().timeout:g} s (it raised an error there, or stands still; "
+        f"raise CXLMPI_TIMEOUT if it is just slow)")
+    state.close()
+    state.error = err
+    return err
+
+
 _shim.bind(_state_for, _fail)
 
 _OP_NAMES = {code: name for name, code in OP_CODES.items()}

@@ -276,6 +276,9 @@ cdef bint straight = False
 # Time passed-through calls too (CXLMPI_STATS=1); otherwise only pool calls
 # are timed, which keeps two clock reads off the small-message path.
 cdef bint time_all = False
+# How long the MPI barrier that ends a pool collective (CXLMPI_ORDERING)
+# waits for a peer (CXLMPI_TIMEOUT; 0: for ever).
+cdef double order_timeout_s = 0
 
 
 cdef void set_windows(Py_ssize_t *los, Py_ssize_t *his, dict windows):
@@ -291,6 +294,7 @@ cdef void set_windows(Py_ssize_t *los, Py_ssize_t *his, dict windows):
 def configure(cfg):
     """Take the settings the hot path needs (called by cxlmpi.config)."""
     global disabled, configured, time_all, adaptive, hosts_apart, lo, hi, _sized_comm, straight
+    global order_timeout_s
     set_windows(lo1, hi1, cfg.windows())
     set_windows(lo2, hi2, cfg.windows(hosts=True))
     hosts_apart = _spec.parse_spec(cfg.pool).shared_file and (
@@ -303,6 +307,7 @@ def configure(cfg):
     disabled = cfg.disable
     straight = found and not disabled
     time_all = cfg.stats
+    order_timeout_s = cfg.timeout
     configured = True
 
 

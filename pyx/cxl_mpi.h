@@ -17,7 +17,9 @@
 #define CXL_MPI_H
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifndef RTLD_DEFAULT
 #define RTLD_DEFAULT ((void *)0)
@@ -30,14 +32,14 @@ enum {
     CXL_MPI_SCAN, CXL_MPI_EXSCAN, CXL_MPI_ALLGATHER, CXL_MPI_GATHER,
     CXL_MPI_SCATTER, CXL_MPI_ALLTOALL, CXL_MPI_REDUCE_SCATTER_BLOCK,
     CXL_MPI_ALLGATHERV, CXL_MPI_GATHERV, CXL_MPI_SCATTERV, CXL_MPI_ALLTOALLV,
-    CXL_MPI_REDUCE_SCATTER, CXL_MPI_NFN
+    CXL_MPI_REDUCE_SCATTER, CXL_MPI_IBARRIER, CXL_MPI_TEST, CXL_MPI_NFN
 };
 
 static const char *const cxl_mpi_names[CXL_MPI_NFN] = {
     "MPI_Barrier", "MPI_Bcast", "MPI_Reduce", "MPI_Allreduce", "MPI_Scan",
     "MPI_Exscan", "MPI_Allgather", "MPI_Gather", "MPI_Scatter", "MPI_Alltoall",
     "MPI_Reduce_scatter_block", "MPI_Allgatherv", "MPI_Gatherv", "MPI_Scatterv",
-    "MPI_Alltoallv", "MPI_Reduce_scatter",
+    "MPI_Alltoallv", "MPI_Reduce_scatter", "MPI_Ibarrier", "MPI_Test",
 };
 
 static void *cxl_mpi_fn[CXL_MPI_NFN];
@@ -91,6 +93,44 @@ static inline cxl_h cxl_mpi_read(const void *where)
 static inline int cxl_mpi_barrier(cxl_h c)
 {
     return CXL_MPI_CALL(CXL_MPI_BARRIER, (int), (void *), (CXL_I(c)), (CXL_P(c)));
+}
+
+/* The end of a pool collective under CXLMPI_ORDERING (see _shim `order`):
+ * MPI_Ibarrier on `c`, then MPI_Test until it completes -- spinning a
+ * little, then yielding the core between tests (a peer may be queued
+ * behind this rank on it) -- or until `timeout_s` (0: never) has passed
+ * since the first yield: 1 then, the barrier left pending (the caller
+ * never uses `c` again).  0 when it completed or MPI failed (`*ierr`). */
+static int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
+{
+    int ireq = 0, flag = 0;
+    void *preq = NULL;
+    uint64_t status[32];   /* larger than any MPI_Status */
+    uint64_t polls = 0;
+    double deadline_s = 0.0;
+    struct timespec now;
+    *ierr = cxl_mpi_int
+        ? ((int (*)(int, int *))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_I(c), &ireq)
+        : ((int (*)(void *, void **))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_P(c), &preq);
+    while (*ierr == 0) {
+        *ierr = cxl_mpi_int
+            ? ((int (*)(int *, int *, void *))cxl_mpi_fn[CXL_MPI_TEST])(&ireq, &flag, status)
+            : ((int (*)(void **, int *, void *))cxl_mpi_fn[CXL_MPI_TEST])(&preq, &flag, status);
+        if (flag || *ierr)
+            break;
+        if (++polls < 1024)
+            continue;
+        sched_yield();
+        if (timeout_s > 0 && (polls & 255) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            double now_s = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+            if (deadline_s == 0.0)
+                deadline_s = now_s + timeout_s;
+            else if (now_s > deadline_s)
+                return 1;
+        }
+    }
+    return 0;
 }
 
 static inline int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)

@@ -61,10 +61,26 @@ def test_mpi_traffic_before_a_pool_collective_is_there_after_it(nranks: int,
         assert missing["cxlmpi"] == missing["stock"], (pattern, result)
 
 
+def test_a_peer_that_skips_the_end_of_a_pool_collective_is_an_error() -> None:
+    """Rank 1 runs an Allreduce's pool steps and leaves before the MPI
+    barrier that ends it (as a rank that raised right there would): rank 0
+    raises CXLMPITimeoutError within CXLMPI_TIMEOUT, saying that a peer did
+    not reach the end of the collective, where a blocking barrier waited
+    for ever."""
+    job = launch_mpi(2, ["tests/scripts/order_branch.py"],
+                     env={"CXLMPI_TIMEOUT": "3", "CXLMPI_TUNING": "pool"}, timeout=60)
+    assert not job.timed_out and job.returncode == 0, job.describe()
+    lines = sorted(x for x in job.stdout.splitlines() if x.startswith("BRANCH "))
+    assert len(lines) == 2, job.describe()
+    assert lines[0].startswith("BRANCH 0 raised CXLMPITimeoutError"), job.describe()
+    assert "did not reach its end within 3 s" in lines[0], job.describe()
+    assert lines[1] == "BRANCH 1 skipped the barrier", job.describe()
+
+
 @pytest.mark.parametrize("nranks, coherence", [(2, "auto"), (3, "auto"), (2, "sw")])
 def test_rma_onto_waiting_ranks_keeps_pace(nranks: int, coherence: str) -> None:
     """Rank 0 makes 200 flushed Accumulates of 1 MiB onto each peer while
-    they wait for it in a pool Barrier.  Each Accumulate moves in packets
+    they wait for it in a pool Allreduce.  Each Accumulate moves in packets
     that each wait for the target's next progress call.  A waiter that
     called progress once per futex sleep (up to 1 ms) took 0.14 s per
     Accumulate, 29 s for these, and one that backs off (software

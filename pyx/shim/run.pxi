@@ -180,7 +180,7 @@ cdef int run(object comm, int which, int code, object stock, tuple stock_args,
         if not exc.passed:
             raise run_failed(comm, exc) from None
     else:
-        order(comm)
+        order(comm, which)
         if res:
             stat_zc[which] += 1
             return 1
@@ -190,38 +190,46 @@ cdef int run(object comm, int which, int code, object stock, tuple stock_args,
     return -1
 
 
-cdef int order(object comm) except -1:
-    """End a pool collective as stock MPI's own would end for the rank's
-    earlier MPI traffic (CXLMPI_ORDERING): with a barrier through MPI on the
-    state's private duplicate of the communicator.  Stock MPI's collective
-    moves its messages through the same channels as the program's own, in
-    order, so a rank leaves it only after what its peers sent before
-    entering it (an eager send, the completion of an RMA access epoch) has
-    reached its MPI, and its own earlier sends have left; the pool moves
-    nothing through MPI, and mpi4py's own tests (an Iprobe, a Win.Test after
-    a Barrier) saw that traffic missing.  The barrier restores the order
-    where MPI has it, and costs one MPI barrier per pool collective."""
+cdef int order(object comm, int which) except -1:
+    """End a pool collective (`which`; -1: an object collective) as stock
+    MPI's own would end for the rank's earlier MPI traffic
+    (CXLMPI_ORDERING): with a barrier through MPI on the state's private
+    duplicate of the communicator.  Stock MPI's collective moves its
+    messages through the same channels as the program's own, in order, so a
+    rank leaves it only after what its peers sent before entering it (an
+    eager send, the completion of an RMA access epoch) has reached its MPI,
+    and its own earlier sends have left; the pool moves nothing through
+    MPI, and mpi4py's own tests (an Iprobe, a Win.Test after a Barrier) saw
+    that traffic missing.  The barrier restores the order where MPI has it,
+    at the cost of one MPI barrier per pool collective.  It is nonblocking,
+    tested until CXLMPI_TIMEOUT: a peer that raised in the pool collective
+    after this rank finished it never comes (the error then says so)."""
     state = comm_state(comm)
     probe = None if state is None else state.order
     if probe is None:
         return 0
     cdef uintptr_t at = state.order_at if found else 0
     cdef cxl_h h = cxl_mpi_read(<const void *>at) if at else 0
-    cdef int ierr
+    cdef int ierr = 0, late
     if h == 0 or h == COMM_NULL_H:
         probe.Barrier()
         return 0
     with nogil:
-        ierr = cxl_mpi_barrier(h)
+        late = cxl_mpi_order(h, order_timeout_s, &ierr)
     if ierr != 0:
         raise MPI.Exception(ierr)
+    if late:
+        from .state import order_timed_out
+
+        what = COLLECTIVES[which] if which >= 0 else "an object collective"
+        raise order_timed_out(comm, state, what)
     return 0
 
 
 def order_calls(comm):
     """`order` for the object collectives (cxlmpi.objects): once at the
     end of each."""
-    order(comm)
+    order(comm, -1)
 
 
 def run_pool(comm, method, *args):

@@ -4,7 +4,8 @@
 
 Rank 0 does something in MPI that completes only if the other ranks let MPI
 progress; they are meanwhile in a pool collective on a wrapped communicator
-(rank 0 joins it afterwards):
+(rank 0 joins it afterwards; a pool-sized Allreduce: Barrier goes to MPI
+under CXLMPI_ORDERING):
 
 - rma:        passive-target RMA (Lock_all, Put, Flush_all, Unlock_all)
 - accumulate: 200 passive-target Accumulates of 1 MiB onto each peer, each
@@ -48,10 +49,10 @@ if scenario == "rma":
             win.Put(np.array([10.0 * target]), target)
         win.Flush_all()
         win.Unlock_all()
-    comm.Barrier()      # the others wait here (in the pool) while rank 0 puts
+    comm.Allreduce(data, got)   # the others wait here (in the pool) while rank 0 puts
     win.Free()
     ok["rma"] = rank == 0 or mem[0] == 10.0 * rank
-    pooled = "barrier"
+    pooled = "allreduce"
 elif scenario == "accumulate":
     rounds = 200
     mem = np.zeros(1 << 17)                                  # 1 MiB
@@ -64,10 +65,10 @@ elif scenario == "accumulate":
                 win.Accumulate(ones, target, op=MPI.SUM)
             win.Flush_all()
         win.Unlock_all()
-    comm.Barrier()      # the others wait here (in the pool) meanwhile
+    comm.Allreduce(data, got)   # the others wait here (in the pool) meanwhile
     win.Free()
     ok["accumulate"] = rank == 0 or bool(np.all(mem == rounds))
-    pooled = "barrier"
+    pooled = "allreduce"
 elif scenario == "rendezvous":
     message = np.arange(1 << 19, dtype=np.float64)          # 4 MiB: rendezvous
     inbox = np.zeros_like(message)
