@@ -27,9 +27,9 @@ _HEADER, _ENTRY = struct.Struct("<I"), struct.Struct("<HHI")
 def acl_outsiders(fd: int, gid: int | None) -> list[str]:
     """The named entries of the file's access ACL that let someone other
     than its owner (and the group `gid`) read or write it -- their rights
-    within the ACL's mask -- as `setfacl` writes them ("user:65534:rw-"); an ACL that cannot be parsed counts as
-    one ("unreadable ACL").  Empty where there is no ACL or the filesystem
-    keeps none."""
+    within the ACL's mask -- as `setfacl` writes them ("user:65534:rw");
+    an ACL that cannot be parsed counts as one ("unreadable ACL").  Empty
+    where there is no ACL or the filesystem keeps none."""
     try:
         raw = os.getxattr(fd, ACL_XATTR)
     except OSError as exc:
