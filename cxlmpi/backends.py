@@ -31,7 +31,8 @@ every partition).
 
 Pool memory belongs to its users only: a pool file is created atomically,
 mode 0600 (0660 for CXLMPI_POOL_GROUP), never through a symbolic link, and
-a file or device that anyone else can read or write is refused.  Memory a
+a file or device that anyone else can read or write -- by its mode or its
+ACL -- is refused (cxlmpi.access).  Memory a
 new partition hands out is zero (hole-punched files, wiped by the arena
 where the memory cannot be given back, as on devdax).
 """
@@ -57,6 +58,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import _pool, config
+from .access import check_private, drop_acl
 from .errors import CXLMPIConfigError, CXLMPIPoolError
 from .spec import PoolSpec, parse_spec
 
@@ -831,7 +833,7 @@ def _open(spec: PoolSpec, create: bool) -> Device:
             raise CXLMPIConfigError(
                 f"{what}: {capacity} bytes is too small for a partition table and one "
                 f"partition; grow it (`truncate -s 4G {path}`)")
-        _check_private(what, path, st, gid)
+        check_private(what, path, st, gid, fd)
         return Device(spec, fd, capacity, align)
     except BaseException:
         os.close(fd)
@@ -872,6 +874,7 @@ def _create_file(what: str, path: str, gid: int | None) -> None:
         if gid is not None:
             os.fchown(fd, -1, gid)
         os.fchmod(fd, 0o600 if gid is None else 0o660)
+        drop_acl(fd)                    # (one the directory's default ACL gave it)
         os.ftruncate(fd, NEW_FILE_NBYTES)
         try:
             os.link(temp, path)
@@ -882,39 +885,6 @@ def _create_file(what: str, path: str, gid: int | None) -> None:
     finally:
         os.close(fd)
         os.unlink(temp)
-
-
-def _check_private(what: str, path: str, st: os.stat_result, gid: int | None) -> None:
-    """Refuse pool memory that someone other than this user (or, with
-    CXLMPI_POOL_GROUP, that group) could read or write: it would read the
-    job's messages, or corrupt them."""
-    mode = stat.S_IMODE(st.st_mode)
-    euid = os.geteuid()
-    if gid is None:
-        if st.st_uid != euid:
-            raise CXLMPIConfigError(
-                f"{what}: {path} belongs to uid {st.st_uid}, not to this user "
-                f"(uid {euid}); use your own pool file, or share one between users "
-                f"through a group: CXLMPI_POOL_GROUP=NAME with the file in that group, "
-                f"mode 660")
-        if mode & 0o077:
-            raise CXLMPIConfigError(
-                f"{what}: {path} has mode {mode:o}: other users could read or write "
-                f"the job's messages; `chmod 600 {path}` (or, to share it with a "
-                f"group: `chgrp NAME {path} && chmod 660 {path}` and "
-                f"CXLMPI_POOL_GROUP=NAME)")
-        return
-    if st.st_gid != gid:
-        raise CXLMPIConfigError(
-            f"{what}: {path} belongs to group {st.st_gid}, not to "
-            f"CXLMPI_POOL_GROUP (gid {gid}); `chgrp {gid} {path}`")
-    if st.st_uid != euid and not mode & stat.S_IWGRP:
-        raise CXLMPIConfigError(f"{what}: {path} is not writable by its group; "
-                                f"`chmod g+rw {path}`")
-    if mode & 0o007:
-        raise CXLMPIConfigError(
-            f"{what}: {path} has mode {mode:o}: users outside the group could read or "
-            f"write the job's messages; `chmod o-rwx {path}`")
 
 
 _HUGETLBFS_MAGIC = 0x958458F6

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -448,10 +449,13 @@ COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
 def _read_tuning(path: str) -> dict[str, Any]:
     import json
 
-    try:
-        with open(path) as f:
+    try:   # (O_NONBLOCK: a FIFO must not hang the job; it is then refused)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd) as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{path} is not a regular file")
             table = json.load(f)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CXLMPIConfigError(f"CXLMPI_TUNING={path!r}: {exc}") from None
     if not isinstance(table, dict):
         raise CXLMPIConfigError(f"CXLMPI_TUNING={path!r}: expected a JSON object")
@@ -460,7 +464,7 @@ def _read_tuning(path: str) -> dict[str, Any]:
             raise CXLMPIConfigError(f"CXLMPI_TUNING={path!r}: unknown collective {name!r}")
         if window is not None and not (
                 isinstance(window, list) and len(window) == 2
-                and all(v is None or (isinstance(v, int) and v >= 0) for v in window)):
+                and all(v is None or (type(v) is int and 0 <= v < 1 << 63) for v in window)):
             raise CXLMPIConfigError(
                 f"CXLMPI_TUNING={path!r}: {name}: expected [lo, hi] (bytes or null) or null")
     return table

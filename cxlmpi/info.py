@@ -68,12 +68,12 @@ def report() -> str:
     lines.append(f"  a pool whose ranks run on several hosts: CXLMPI_HOSTS_THRESHOLD "
                  f"({cfg.hosts_threshold} B) in place of CXLMPI_THRESHOLD")
     if cfg.adaptive:
-        from . import select
+        from . import cache
 
         lines.append("adaptive selection (CXLMPI_TUNING=adaptive): each communicator times "
                      "MPI and the pool's variants per collective and size, and keeps the "
                      "fastest (across pool groups: MPI or the hierarchy).")
-        lines += select.describe_cache(select.cache_path(cfg))
+        lines += cache.describe_cache(cache.cache_path(cfg))
         cfg = config.Config({**os.environ, "CXLMPI_TUNING": "builtin"})
     lines.append(f"windows (bytes, all blocks together; CXLMPI_TUNING={cfg.tuning}):")
     for name, window in cfg.windows().items():

@@ -39,26 +39,20 @@ and every other time against stock MPI or another candidate in turn
 (more often when they are close, rarely when far behind; a path that
 just took over is timed against the one it displaced once more before
 the spacing grows), so a change of load is followed.  What
-was learned is remembered per machine in a cache file (CXLMPI_CACHE), read
-when a communicator's pool is set up.
+was learned is remembered per machine in a cache file (CXLMPI_CACHE,
+cxlmpi.cache), read when a communicator's pool is set up.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import platform
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import config
-from ._version import __version__
 
 __all__ = ["MPI_PATH", "code_name", "code_of", "size_class", "candidates", "Learner",
-           "Selector", "fingerprint", "load_cache", "save_cache", "cache_path", "decision",
-           "describe_cache"]
+           "Selector", "decision"]
 
 # Path codes: 0 is stock MPI; 1 + flags is the pool with the variant flags
 # (cxlmpi._pool.VARIANT_FLAGS).
@@ -266,6 +260,7 @@ class Learner:
     born: int = 0                    # the communicator's call count at the class's first call
     resume: int = 0                  # exploring waits (on the leader) until this call count
     overhead: float = LEARN_OVERHEAD_S  # what a learning call costs beyond its path
+    cached: set[int] = field(default_factory=set)  # paths whose samples a cache gave
 
     def __post_init__(self) -> None:
         if not self.alive:
@@ -594,8 +589,15 @@ class Learner:
         other = self.challenger
         assert other is not None and self.best is not None
         for c, t in ((self.best, best_s), (other, other_s)):
-            # the latest few: what the cache keeps, with old load forgotten
-            self.samples[c] = (self.samples.get(c, []) + [t])[-RECENT:]
+            # the latest few: what the cache keeps, with old load forgotten;
+            # a cached figure goes at the first look of this job's own (it
+            # was another program's, on other data -- or, too small, it
+            # would hold its path until RECENT looks had pushed it out)
+            kept = [] if c in self.cached else self.samples.get(c, [])
+            if c in self.cached:
+                self.cached.discard(c)
+                self.history[c] = []
+            self.samples[c] = (kept + [t])[-RECENT:]
             self.est[c] = typical(self.samples[c], c == MPI_PATH)
             self._looked(c, t)
         # The challenger takes over when faster in typical time -- and a
@@ -633,7 +635,7 @@ class Learner:
         return {"best": code_name(best),
                 "runner_up": None if runner is None else code_name(runner),
                 "seconds": {code_name(c): self.estimate(c) for c in self.candidates
-                            if self.samples.get(c)}}
+                            if math.isfinite(self.estimate(c))}}
 
     @classmethod
     def from_cache(cls, cands: list[int], entry: dict[str, Any]) -> Learner | None:
@@ -643,11 +645,13 @@ class Learner:
             best = code_of(entry["best"])
             runner = None if entry.get("runner_up") is None else code_of(entry["runner_up"])
             seconds = {code_of(k): float(v) for k, v in entry.get("seconds", {}).items()}
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
             return None
-        if best not in cands or (runner is not None and runner not in cands):
+        if best not in cands or (runner is not None and runner not in cands) or \
+                not all(math.isfinite(s) and s > 0 for s in seconds.values()):
             return None
         learner = cls(cands, samples={c: [s] for c, s in seconds.items() if c in cands})
+        learner.cached = set(learner.samples)
         learner.best, learner.runner_up, learner.phase = best, runner, 1
         # Checked again soon, then spaced as learned: the cache's decision
         # was made by another program (tune, a benchmark), whose data may
@@ -899,156 +903,3 @@ def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | N
     learner = routes.selector.learners.get((which, sc, routes.placement(which, sc)))
     best = None if learner is None else learner.best if settled else learner.choice()
     return None if best is None else code_name(best)
-
-
-# ------------------------------------------------------------------- cache
-
-
-def cache_path(cfg: config.Config | None = None) -> str | None:
-    """Where the cache file is (CXLMPI_CACHE), None when it is off."""
-    cfg = config.get() if cfg is None else cfg
-    path = cfg.cache
-    if path.lower() in ("", "off", "none", "0"):
-        return None
-    return os.path.expanduser(path)
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def fingerprint(nranks: int, mpi_library: str, cfg: config.Config,
-                groups: list[int] | None = None) -> dict[str, Any]:
-    """What a cache entry is valid for: this machine, the ranks of the pool,
-    the MPI library, cxlmpi's version, the pool's backend and coherence;
-    across pool groups, the ranks of each group (`groups`)."""
-    fp = {"cpu": _cpu_model(), "cores": os.cpu_count() or 0, "ranks": nranks,
-          "mpi": " ".join(mpi_library.splitlines()[0].split()) if mpi_library else "",
-          "cxlmpi": _version(), "pool": cfg.pool, "coherence": cfg.coherence,
-          "chunk": cfg.chunk_size}
-    if groups is not None:
-        fp["groups"] = groups
-    return fp
-
-
-def _version() -> str:
-    """cxlmpi's version (importlib.metadata took 50 ms of a communicator's
-    set-up)."""
-    return __version__
-
-
-def _key(fp: dict[str, Any]) -> str:
-    return json.dumps(fp, sort_keys=True)
-
-
-def _size_name(sc: int) -> str:
-    return str(class_floor(sc))
-
-
-def load_cache(path: str | None, fp: dict[str, Any]) -> dict[tuple[int, int, int], Any]:
-    """The cached decisions of machine `fp`: {(collective index, size
-    class, placement): entry}; empty when there are none or the file is
-    unreadable (a cache never stops a job)."""
-    if path is None:
-        return {}
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        table = data["machines"][_key(fp)]["decisions"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    out: dict[tuple[int, int, int], Any] = {}
-    for name, sizes in table.items() if isinstance(table, dict) else ():
-        if name not in config.COLLECTIVES or not isinstance(sizes, dict):
-            continue
-        for size, places in sizes.items():
-            if not isinstance(places, dict):
-                continue
-            try:
-                sc = size_class(int(size))
-            except ValueError:
-                continue
-            for pl, entry in places.items():
-                if pl in PLACEMENTS and isinstance(entry, dict):
-                    out[(config.COLLECTIVES.index(name), sc, PLACEMENTS.index(pl))] = entry
-    return out
-
-
-def read_cache(path: str | None) -> dict[str, Any]:
-    """The whole cache file ({"machines": {key: {"machine": fp,
-    "decisions": ...}}}), empty when missing or unreadable."""
-    if path is None:
-        return {"machines": {}}
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        if isinstance(data, dict) and isinstance(data.get("machines"), dict):
-            return data
-    except (OSError, ValueError):
-        pass
-    return {"machines": {}}
-
-
-def describe_cache(path: str | None) -> list[str]:
-    """The cached decisions, a line per machine and class, for --info."""
-    if path is None:
-        return ["adaptive selection cache: off (CXLMPI_CACHE)"]
-    machines = read_cache(path)["machines"]
-    lines = [f"adaptive selection cache: {path} "
-             f"({len(machines)} machine{'s' if len(machines) != 1 else ''})"]
-    for entry in machines.values():
-        fp = entry.get("machine", {})
-        groups = fp.get("groups")
-        ranks = f"{fp.get('ranks', '?')} ranks per pool" if not groups else \
-            f"{fp.get('ranks', '?')} ranks in pool groups of {'+'.join(map(str, groups))}"
-        lines.append(f"  {fp.get('cpu', '?')}, {fp.get('cores', '?')} cores, {ranks}, "
-                     f"{fp.get('mpi', '?')}, "
-                     f"cxlmpi {fp.get('cxlmpi', '?')}, pool {fp.get('pool', '?')}:")
-        for name, sizes in sorted(entry.get("decisions", {}).items(),
-                                  key=lambda kv: config.COLLECTIVES.index(kv[0])
-                                  if kv[0] in config.COLLECTIVES else 99):
-            for size, places in sorted(sizes.items(), key=lambda kv: int(kv[0])):
-                for pl, d in sorted(places.items()):
-                    lines.append(f"    {name:<21} >= {int(size):>10} B  {pl:<7} "
-                                 f"{d.get('best')} (runner-up {d.get('runner_up')})")
-    return lines
-
-
-def save_cache(path: str | None, fp: dict[str, Any],
-               learned: dict[tuple[int, int, int], Learner]) -> bool:
-    """Merge the settled `learned` classes into the cache file (atomically:
-    a reader sees the old file or the new one); False when it could not be
-    written (a cache never stops a job)."""
-    if path is None or not learned:
-        return False
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        data = read_cache(path)
-        entry = data["machines"].setdefault(_key(fp), {"machine": fp, "decisions": {}})
-        table = entry.setdefault("decisions", {})
-        for (which, sc, pl), learner in sorted(learned.items()):
-            if learner.choice() is None:
-                continue
-            table.setdefault(config.COLLECTIVES[which], {}).setdefault(
-                _size_name(sc), {})[PLACEMENTS[pl]] = learner.as_cache()
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".cxlmpi-cache-", suffix=".json", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except (OSError, ValueError, TypeError):
-        return False
-    return True

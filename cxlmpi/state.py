@@ -13,7 +13,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _shim, agree, config, progress, select
+from . import _shim, agree, cache, config, progress, select
 from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
 from .backends import NO_ROOM
 from .errors import (
@@ -308,8 +308,8 @@ def _learn(state: _State, pool: Pool | Hierarchy, comm: MPI.Intracomm,
                        (time.perf_counter() - start) / HEADER_TIMINGS)
     if comm.Get_rank() == 0:
         groups = [len(g) for g in pool.groups] if across else None
-        machine = select.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)
-        prior = select.load_cache(select.cache_path(cfg), machine)
+        machine = cache.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)
+        prior = cache.load_cache(cache.cache_path(cfg), machine)
     machine, prior, overhead = agree.bcast(comm, (machine, prior, overhead))
     routes = _shim.Routes(pool)
     routes.selector = select.Selector(routes, pool.size, pool.chunk_nbytes,
@@ -329,7 +329,7 @@ def remember(state: _State) -> None:
     if not selector.changed or state.pool.rank != 0:
         return
     selector.changed = False
-    select.save_cache(select.cache_path(), state.machine, selector.decisions())
+    cache.save_cache(cache.cache_path(), state.machine, selector.decisions())
 
 
 def _describe(call: tuple, variants: bool) -> str:

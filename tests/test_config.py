@@ -4,12 +4,16 @@ must agree on it, and the agreement check compares exactly those."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cxlmpi import config
+from cxlmpi.errors import CXLMPIConfigError
 from cxlmpi.group import disagreement
 
 # A valid value other than the default, for every setting: a setting added
@@ -124,3 +128,28 @@ def test_every_name_the_project_reads_is_known() -> None:
     assert names, files
     known = {v.name for v in config.VARIABLES} | set(config.INTERNAL)
     assert names - known - FAKE_NAMES == set()
+
+
+def test_a_tuning_table_is_checked_before_it_is_used(tmp_path) -> None:
+    """CXLMPI_TUNING tables whose windows do not fit the compiled window
+    table (a bound of 2**63 or more, true for a number, deep nesting) or
+    that are no regular file are refused with CXLMPIConfigError (before:
+    taken, or a FIFO hung every rank at start-up); a valid one is read as
+    written."""
+    table = tmp_path / "tuning.json"
+    for bad in ('{"bcast": [0, 9223372036854775808]}', '{"bcast": [true, null]}',
+                '{"bcast": [0, 1e3]}', "[" * 100000 + "]" * 100000):
+        table.write_text(bad)
+        with pytest.raises(CXLMPIConfigError, match="CXLMPI_TUNING"):
+            config.Config({"CXLMPI_TUNING": str(table)}).tuning_table()
+    table.write_text('{"bcast": [4096, 9223372036854775807], "reduce": null}')
+    assert config.Config({"CXLMPI_TUNING": str(table)}).tuning_table() == {
+        "bcast": [4096, (1 << 63) - 1], "reduce": None}
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    code = ("import sys\nfrom cxlmpi import config\n"
+            "try:\n    config.Config({'CXLMPI_TUNING': sys.argv[1]}).tuning_table()\n"
+            "except config.CXLMPIConfigError as exc:\n    print('refused', exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.startswith("refused") and "not a regular file" in proc.stdout, proc

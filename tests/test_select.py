@@ -12,7 +12,7 @@ import pytest
 from harness import SMALL_POOL_ENV, run_mpi
 from test_reliability import tagged_json
 
-from cxlmpi import config, select
+from cxlmpi import cache, config, select
 from cxlmpi.select import MPI_PATH, NEW, SLOW, Learner, Selector, code_of, size_class
 
 BCAST = config.COLLECTIVES.index("bcast")
@@ -617,9 +617,9 @@ def test_cache_round_trip(tmp_path) -> None:
         job.call(ALLREDUCE, 1 << 20, cost, call)
     path = str(tmp_path / "cache" / "selection.json")
     cfg = config.Config({})
-    fp = select.fingerprint(2, "MPICH Version: 9.9\nmore", cfg)
-    assert select.save_cache(path, fp, job.selectors[0].decisions())
-    prior = select.load_cache(path, fp)
+    fp = cache.fingerprint(2, "MPICH Version: 9.9\nmore", cfg)
+    assert cache.save_cache(path, fp, job.selectors[0].decisions())
+    prior = cache.load_cache(path, fp)
     assert set(prior) == {(ALLREDUCE, 20, 0)}
     fresh = Job(2, prior=prior)
     learner = fresh.selectors[0].learners[(ALLREDUCE, 20, 0)]
@@ -631,18 +631,18 @@ def test_cache_round_trip(tmp_path) -> None:
     for call in range(select.MIN_INTERVAL + 2 * select.MAX_RUN):
         fresh.call(ALLREDUCE, 1 << 20, cost, call)
     assert learner.checks == 1, learner.checks
-    assert select.load_cache(path, dict(fp, ranks=4)) == {}
+    assert cache.load_cache(path, dict(fp, ranks=4)) == {}
     with open(path) as f:
         data = json.load(f)
     (entry,) = data["machines"].values()
     entry["decisions"]["allreduce"]["1048576"]["private"]["best"] = "pool+warp"
     with open(path, "w") as f:
         json.dump(data, f)
-    assert Job(2, prior=select.load_cache(path, fp)).selectors[0].learners == {}
+    assert Job(2, prior=cache.load_cache(path, fp)).selectors[0].learners == {}
     with open(path, "w") as f:
         f.write("{not json")
-    assert select.load_cache(path, fp) == {}
-    assert select.load_cache(None, fp) == {}
+    assert cache.load_cache(path, fp) == {}
+    assert cache.load_cache(None, fp) == {}
 
 
 def test_candidates_and_names() -> None:

@@ -77,7 +77,7 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import config, select
+from cxlmpi import cache, config, select
 from cxlmpi.errors import CXLMPIConfigError
 from cxlmpi.tools import bench
 
@@ -496,7 +496,7 @@ def fill_cache(ops: Sequence[bench.Collective], sizes: Sequence[int],
     """Run every op at every size, private and pool buffers, until adaptive
     selection settles each class; write the cache.  The exit status."""
     cfg = _settings("adaptive")
-    path = select.cache_path(cfg)
+    path = cache.cache_path(cfg)
     if path is None:
         raise TuneError("CXLMPI_CACHE=off: there is no cache to fill")
     # deliberate: every candidate tried FILL_ROUNDS times, none dropped early

@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import config, select
+from cxlmpi import cache, config, select
 
 path = sys.argv[1]
 world = MPI.COMM_WORLD
@@ -26,14 +26,14 @@ rank, size = world.Get_rank(), world.Get_size()
 n = (1 << 20) // 8
 if rank == 0:
     cfg = config.get()
-    fp = select.fingerprint(size, MPI.Get_library_version(), cfg)
+    fp = cache.fingerprint(size, MPI.Get_library_version(), cfg)
     which = config.COLLECTIVES.index("allreduce")
     learner = select.Learner(select.candidates("allreduce", 1 << 20, size, False,
-                                               cfg.chunk_size))
-    learner.samples = {0: [1e-4], select.code_of("pool+flat"): [2e-4]}
+                                               cfg.chunk_size),
+                             samples={0: [1e-4], select.code_of("pool+flat"): [2e-4]})
     learner.best, learner.runner_up, learner.phase = 0, select.code_of("pool+flat"), 1
     learner.interval = select.MAX_INTERVAL
-    assert select.save_cache(path, fp, {(which, select.size_class(1 << 20), 0): learner})
+    assert cache.save_cache(path, fp, {(which, select.size_class(1 << 20), 0): learner})
 world.Barrier()
 comm = cxlmpi.wrap(world.Dup())
 stock = MPI.Intracomm(comm)
