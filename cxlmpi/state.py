@@ -424,7 +424,7 @@ def order_timed_out(comm: MPI.Intracomm, state: _State, what: str) -> CXLMPIErro
     return err
 
 
-_shim.bind(_state_for, _fail)
+_shim.bind(_state_for, _fail, order_timed_out)
 
 _OP_NAMES = {code: name for name, code in OP_CODES.items()}
 _TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}

@@ -1409,6 +1409,7 @@ states = {}
 cdef dict _states = states
 cdef object _state_for = None
 cdef object _fail = None
+cdef object _order_failed = None
 
 
 # The communicator the last call was made on, its rank, size, pool state
@@ -1485,11 +1486,13 @@ cdef inline int comm_size(object comm) except -1:
     return _sized_size
 
 
-def bind(state_for, fail):
-    """Install cxlmpi.comm's state set-up and failure reporting."""
-    global _state_for, _fail
+def bind(state_for, fail, order_failed):
+    """Install cxlmpi.state's state set-up and failure reporting (of the
+    algorithms, and of the MPI barrier that ends a pool collective)."""
+    global _state_for, _fail, _order_failed
     _state_for = state_for
     _fail = fail
+    _order_failed = order_failed
 
 
 cpdef object pool_of(object comm, int which=-1):

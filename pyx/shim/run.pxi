@@ -219,10 +219,8 @@ cdef int order(object comm, int which) except -1:
     if ierr != 0:
         raise MPI.Exception(ierr)
     if late:
-        from .state import order_timed_out
-
         what = COLLECTIVES[which] if which >= 0 else "an object collective"
-        raise order_timed_out(comm, state, what)
+        raise _order_failed(comm, state, what)
     return 0
 
 
