@@ -200,8 +200,10 @@ def test_a_limited_address_space_falls_back(pool_size: str) -> None:
     limit = "ulimit -v 2000000; "
     stock = subprocess.run(["bash", "-c", limit + " ".join(
         shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, *script])],
-        cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=240)
+        cwd=ROOT, env=mpi_env({"ASPACE_STOCK": "1"}), capture_output=True, text=True,
+        timeout=240)
     assert stock.returncode == 0, stock.stderr[-4000:]
+    assert "ASPACE " in stock.stdout and '"ok": false' not in stock.stdout, stock.stdout
     out = subprocess.run(["bash", "-c", limit + " ".join(
         shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi",
                                  *script])],
