@@ -34,7 +34,15 @@ import os
 from mpi4py import MPI
 
 from . import agree, backends, config
-from ._pool import NO_SPACE, UNREACHABLE, Pool, check_layout, configure_emulation, cpu_features
+from ._pool import (
+    NO_SPACE,
+    UNREACHABLE,
+    Pool,
+    check_layout,
+    configure_emulation,
+    cpu_features,
+    warn_no_space,
+)
 from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 from .hierarchy import Hierarchy
 
@@ -46,6 +54,9 @@ __all__ = ["create_pool", "check_agreed", "disagreement", "node_heap", "detach_h
 # their own communicator's pool only.  All are given back at exit.
 _heaps: list[Pool] = []
 _heap_failed = False
+# ... for want of memory or address space: later pools get no arenas of
+# their own either (they would want as much)
+_heap_short = False
 
 
 def check_agreed(comm: MPI.Intracomm, cfg: config.Config | None = None) -> None:
@@ -107,7 +118,7 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
         groups = _groups(comm, local)
         group = comm if len(groups) == 1 else local
         heap = _share_heap(comm, group, spec, cfg, spin, hosts)
-        pool = _make_pool(comm, group, spec, cfg, spin, hosts, arenas=heap is None)
+        pool = _flat_or_group_pool(comm, group, spec, cfg, spin, hosts, heap, len(groups) == 1)
         if pool is not None and heap is not None:
             pool.share_heap(heap)
         if len(groups) == 1:
@@ -123,6 +134,27 @@ def create_pool(comm: MPI.Intracomm) -> Pool | Hierarchy | None:
         return hierarchy
     finally:
         local.Free()
+
+
+def _flat_or_group_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
+                        cfg: config.Config, spin: bool, hosts: int, heap: Pool | None,
+                        flat: bool) -> Pool | None:
+    """Collective over `comm`: the pool of this rank's group -- with arenas
+    of its own where it shares no node heap and none could be had for want
+    of memory (_heap_short) -- and, where the memory or address space for
+    its arenas is short, once more without (its arrays are then private).
+    A flat pool (`flat`: the communicator's only one) reserves its data
+    halves on its first call that moves data (Pool.create `lazy`): one
+    whose calls all go to MPI costs a few pages.  (A hierarchy's group
+    pools reserve them at once: a call cannot leave for MPI half way.)"""
+    arenas = heap is None and not _heap_short
+    try:
+        return _make_pool(comm, group, spec, cfg, spin, hosts, arenas=arenas, lazy=flat)
+    except CXLMPIPoolError as exc:
+        # (the same error on every rank: all retry alike)
+        if not (arenas and cfg.arena_size > 0 and NO_SPACE in str(exc)):
+            raise
+    return _make_pool(comm, group, spec, cfg, spin, hosts, arenas=False, lazy=flat)
 
 
 def _pool_group(comm: MPI.Intracomm, spec: backends.PoolSpec,
@@ -219,7 +251,7 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
     none of them has any and `comm` holds every rank of COMM_WORLD -- or
     None (the group's pool then gets arenas of its own).  The same answer on
     every rank of a group: it is reached from data they all hold."""
-    global _heap_failed
+    global _heap_failed, _heap_short
     mine = node_heap()
     seen = agree.allgather(group, (None if mine is None else mine.identity, _heap_failed))
     ids = [ident for ident, _ in seen]
@@ -232,10 +264,14 @@ def _share_heap(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSp
             and all(i is None for i in ids) and not any(failed for _, failed in seen))
     try:
         heap = _make_pool(comm, group, spec, cfg, spin, hosts, heap=True, make=make)
-    except CXLMPIPoolError:
+    except CXLMPIPoolError as exc:
         # (raised on every rank) no room for it: arenas of their own, and
         # no second try (a full device would be asked again and again)
         _heap_failed = True
+        if NO_SPACE in str(exc):
+            _heap_short = True
+            warn_no_space("the node heap: pool-resident arrays (cxlmpi.empty & co. "
+                          "return private arrays)", cfg.arena_size * group.Get_size())
         return None
     if heap is not None:
         _heaps.append(heap)
@@ -272,17 +308,19 @@ def coherence(cfg: config.Config, hosts: int) -> str:
 
 def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpec,
                cfg: config.Config, spin: bool, hosts: int = 1, *, arenas: bool = True,
-               heap: bool = False, make: bool = True) -> Pool | None:
+               heap: bool = False, make: bool = True, lazy: bool = False) -> Pool | None:
     """Collective over `comm`: the pool of `group` (this rank's pool group,
     possibly `comm` itself; None for a group of one, or when not `make`),
     created by its first rank and mapped by the others, its ranks on
     `hosts` hosts; with arenas for pool-resident arrays when `arenas`.
     `heap`: a node heap -- arenas, and the smallest pool proper that the
-    layout allows (it never runs a collective).  Errors of any group are
+    layout allows (it never runs a collective).  `lazy`: its data halves
+    reserved on first use (shm pools; Pool.create).  Errors of any group are
     raised on every rank of `comm`."""
     rank, n = group.Get_rank(), group.Get_size()
     mode = coherence(cfg, hosts)
     emulate = mode == "emulate"
+    lazy = lazy and not emulate
     pool = None
     error = None
     where = None
@@ -315,7 +353,7 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
             else:
                 pool = Pool.create(0, n, size,
                                    numa_node=spec.node if spec.kind == "numa" else -1,
-                                   arena_nbytes=arena, emulate=emulate)
+                                   arena_nbytes=arena, emulate=emulate, lazy=lazy)
                 where = pool.locator
         except (OSError, ValueError, CXLMPIError) as exc:
             error = f"rank {comm.Get_rank()} could not create the pool: {exc}"
@@ -330,7 +368,7 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
                                           dev.wipes, emulate)
                 pool.release = functools.partial(dev.release, entry, token)
             else:
-                pool = Pool.attach(where, rank, n, size, arena, emulate=emulate)
+                pool = Pool.attach(where, rank, n, size, arena, emulate=emulate, lazy=lazy)
         except (OSError, ValueError) as exc:
             error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"
     if not spec.shared_file and isinstance(where, tuple):   # (alike in the group)
@@ -346,7 +384,8 @@ def _make_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backends.PoolSpe
             where = agree.bcast(group, where)
             if unreached and where is not None:
                 try:
-                    pool = Pool.attach(where, rank, n, size, arena, emulate=emulate)
+                    pool = Pool.attach(where, rank, n, size, arena, emulate=emulate,
+                                       lazy=lazy)
                     error = None
                 except (OSError, ValueError) as exc:
                     error = f"rank {comm.Get_rank()} could not map pool {where}: {exc}"

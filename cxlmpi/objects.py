@@ -204,10 +204,15 @@ def _settle(comm: MPI.Intracomm, pool: Pool, local: int) -> bool:
     """Header step: publish `local` (1 + the bytes of this rank's largest
     pickle, 1: no opinion, 0: decline); whether every rank takes the pool
     path (the largest pickle of any rank is at least CXLMPI_THRESHOLD, or
-    CXLMPI_HOSTS_THRESHOLD when the pool spans hosts) --
+    CXLMPI_HOSTS_THRESHOLD when the pool spans hosts, and its memory is
+    there: Pool.prepare) --
     otherwise every rank passes through to stock mpi4py."""
     agreed = run_pool(comm, pool, "agree", local)
-    return agreed != 0 and agreed - 1 >= config.get().floor(pool.hosts > 1)
+    if agreed == 0 or agreed - 1 < config.get().floor(pool.hosts > 1):
+        return False
+    # (a pool whose data halves are not reserved yet: every rank reserves
+    # them now, or all go to MPI -- the steps below cannot leave half way)
+    return bool(run_pool(comm, pool, "prepare", "object collective"))
 
 
 def _items(comm: MPI.Intracomm, sendobj: Any) -> tuple[list[_Payload] | None, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 from mpi4py import MPI
 
 from . import _shim, agree, cache, config, progress, select
-from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, warn_no_space
+from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, on_short, warn_no_space
 from .backends import NO_ROOM
 from .errors import (
     CXLMPIError,
@@ -200,6 +200,9 @@ def _take_spare(comm: MPI.Intracomm, key: tuple | None) -> _State | None:
         state.routes.break_run()   # (a run timed end to end stops at the Free)
     return state
 
+
+# a pool whose data halves find no room lets the spares go first (as _create)
+on_short(_let_spares_go)
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_on_free)
 

@@ -16,6 +16,8 @@ one extension made of one file per concern, each a layer on the one before::
     pool/reduce.pxi     Reduce, Allreduce and scan algorithms
     pool/gather.pxi     Gather(v) and Allgather(v)
     pool/exchange.pxi   Alltoall(v), Scatter(v), Reduce_scatter(_block)
+    pool/reserve.pxi    reserving pool memory (a data half only on first use),
+                        and what a shortage of it becomes
     pool/pool.pxi       the Pool class: segment lifecycle, arenas, and one
                         entry per collective that picks its algorithm
 
@@ -131,4 +133,5 @@ include "pool/bcast.pxi"
 include "pool/reduce.pxi"
 include "pool/gather.pxi"
 include "pool/exchange.pxi"
+include "pool/reserve.pxi"
 include "pool/pool.pxi"

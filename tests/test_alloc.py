@@ -161,6 +161,67 @@ def test_a_kept_pool_makes_room_for_a_new_one() -> None:
     assert "cxlmpi: warning" not in out.stderr, out.stderr[-4000:]
 
 
+@pytest.mark.parametrize("tuning", ["adaptive", "pool"])
+def test_many_dups_cost_what_their_pools_carry(tuning: str) -> None:
+    """40 live Dups, each with one 64 KiB Allreduce, on a 64 MiB /dev/shm
+    with 16 MiB pools: each Dup's pool reserves its data halves only when
+    a call first moves data through it.  adaptive: the one call of each
+    goes to MPI (a class's first call), and the Dups take less /dev/shm
+    than one pool (before, 16 MiB each until /dev/shm was full, where
+    Open MPI's own shared memory dies of SIGBUS).  pool: the first Dups'
+    calls run in their pools until /dev/shm is full, the others' go to MPI
+    (their pools agree on it at their first call), with one warning a
+    rank.  Results equal stock's either way."""
+    out = _small_shm_job({"CXLMPI_POOL_SIZE": "16M", "CXLMPI_TUNING": tuning,
+                          "CXLMPI_CACHE": "off", "CXLMPI_ARENA_SIZE": "0",
+                          "CXLMPI_TIMEOUT": "60", "MANY_DUPS": "40"},
+                         ["tests/scripts/many_dups.py"], runner=())
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("DUPS ")]
+    got = json.loads(line[len("DUPS "):])
+    assert got["ok"], got
+    warnings = [x for x in out.stderr.splitlines() if x.startswith("cxlmpi: warning")]
+    if tuning == "adaptive":
+        assert got["pool"] == 0 and got["taken_mib"] < 16, got
+        assert not warnings, out.stderr[-4000:]
+    else:
+        assert got["pool"] > 0 and got["mpi"] > 0, got
+        assert len(warnings) == 2 and all("shared memory" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("pool_size", ["64M", "2G"])
+def test_a_limited_address_space_falls_back(pool_size: str) -> None:
+    """Under ulimit -v 2000000 (which stock MPI runs within) the node heap
+    (1 GiB a rank) cannot be mapped: pool-resident arrays are private, and
+    the 64M pool still runs the Allreduces; a 2G pool cannot be mapped
+    either, and they go to MPI.  Results equal stock's, one warning a rank.
+    Before, mmap's ENOMEM aborted the job."""
+    script = ["tests/scripts/address_space.py"]
+    limit = "ulimit -v 2000000; "
+    stock = subprocess.run(["bash", "-c", limit + " ".join(
+        shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, *script])],
+        cwd=ROOT, env=mpi_env({"ASPACE_STOCK": "1"}), capture_output=True, text=True,
+        timeout=240)
+    assert stock.returncode == 0, stock.stderr[-4000:]
+    assert "ASPACE " in stock.stdout and '"ok": false' not in stock.stdout, stock.stdout
+    out = subprocess.run(["bash", "-c", limit + " ".join(
+        shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi",
+                                 *script])],
+        cwd=ROOT, env=mpi_env({"CXLMPI_POOL_SIZE": pool_size, "CXLMPI_TUNING": "pool",
+                               "CXLMPI_TIMEOUT": "60"}),
+        capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("ASPACE ")]
+    found = json.loads(line[len("ASPACE "):])
+    assert all(r["ok"] for r in found), found
+    if pool_size == "64M":
+        assert all(r["pool"] == 3 for r in found), found
+    else:
+        assert all(r["mpi"] == 3 for r in found), found
+    warnings = [x for x in out.stderr.splitlines() if x.startswith("cxlmpi: warning")]
+    assert len(warnings) == 2 and all("ulimit -v" in w for w in warnings), warnings
+
+
 @pytest.mark.parametrize("pool_size", ["64M", "4M"])
 @pytest.mark.parametrize("name", ["train_allreduce", "jacobi_solver", "pagerank", "kmeans"])
 def test_examples_on_a_small_dev_shm(name: str, pool_size: str) -> None:

@@ -8,16 +8,6 @@ class PoolError(OSError):
     """A segment could not be created, opened or mapped."""
 
 
-class PoolNoSpace(MemoryError):
-    """The memory behind the pool (/dev/shm, the pool file) cannot hold more."""
-
-
-# Pool memory is reserved before it is used (fallocate on the backing file):
-# tmpfs allocates pages only at first touch, and a full /dev/shm (a
-# container's 64 MiB) would otherwise kill the process with SIGBUS.  What
-# cannot be reserved falls back - private memory for arrays, MPI for a pool
-# that cannot be created - and the process says so once (cxl_no_space).
-NO_SPACE = "not enough shared memory"
 # Where POSIX shared memory lives (glibc's shm_open), and the start of the
 # error of a rank that cannot open an unnamed segment (see Pool.attach).
 SHM_DIR = "/dev/shm"
@@ -30,41 +20,14 @@ cdef extern from "<fcntl.h>" nogil:
 UNREACHABLE = "cannot open the unnamed segment"
 
 
-cdef extern from *:
-    """
-    #include <stdio.h>
-    static int cxl_warned_no_space = 0;
-    static void cxl_no_space(const char *what, size_t nbytes)
-    {
-        if (__atomic_exchange_n(&cxl_warned_no_space, 1, __ATOMIC_ACQ_REL)) return;
-        fprintf(stderr, "cxlmpi: warning: not enough shared memory (/dev/shm or the "
-                "pool file is full) for %zu more bytes of %s. Give the job more "
-                "(e.g. docker run --shm-size=1g) or lower CXLMPI_POOL_SIZE / "
-                "CXLMPI_ARENA_SIZE; this warning is not repeated.\\n", nbytes, what);
-        fflush(stderr);
-    }
-    """
-    void cxl_no_space(const char *what, size_t nbytes) nogil
-
-
 from cxl_alloc cimport (CXL_ALLOC_FULL, CXL_ALLOC_NOSPACE, CXL_ALLOC_OK, cxl_arena,
                         cxl_arena_alloc, cxl_arena_destroy, cxl_arena_free,
                         cxl_arena_free_bytes, cxl_arena_init, cxl_notice_fn, dup)
 
 
-cdef extern from "cxl_alloc.h" nogil:
-    # what the pool itself uses of the header's includes (fallocate, errno)
-    int fallocate(int fd, int mode, off_t offset, off_t length)
-    int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE, EINTR
-
-
 cdef extern from "<pthread.h>" nogil:
     int pthread_atfork(void (*prepare)() noexcept nogil, void (*parent)() noexcept nogil,
                        void (*child)() noexcept nogil)
-
-
-cdef const char *ARENA_WHAT = (b"pool-resident arrays (cxlmpi.empty & co. return private "
-                               b"arrays now)")
 
 
 # The process this module runs in: a child made by fork() gets its own pid
@@ -79,30 +42,6 @@ cdef void after_fork_in_child() noexcept nogil:
 
 
 pthread_atfork(NULL, NULL, after_fork_in_child)
-
-
-def warn_no_space(str what, size_t nbytes):
-    """Say, once per process, that `nbytes` of pool memory for `what` could
-    not be had (later calls stay silent)."""
-    cxl_no_space(what.encode(), nbytes)
-
-
-cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
-    """Back [offset, offset + nbytes) of `fd` with memory now; 0, or the
-    errno (0 too where the file cannot reserve: devdax needs no reserving)."""
-    cdef int rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
-    while rc != 0 and errno == EINTR:
-        rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
-    if rc == 0 or errno == EOPNOTSUPP or errno == ENODEV or errno == ENOSYS \
-            or errno == ESPIPE:
-        return 0
-    return errno
-
-
-def reserve(int fd, size_t offset, size_t nbytes):
-    """`reserve_file` for cxlmpi.backends (a pool file's partition table):
-    0, or the errno."""
-    return reserve_file(fd, offset, nbytes)
 
 
 cdef class Pool:
@@ -139,6 +78,7 @@ cdef class Pool:
     cdef readonly bint wipes     # a partition: memory handed out is zeroed first
     cdef readonly bint emulated  # seen through cxl_emulate.h (CXLMPI_COHERENCE=emulate)
     cdef Pool heap_pool          # the node heap this pool shares (None: its own arenas)
+    cdef size_t lazy_nbytes      # data halves not reserved yet (0: they are; `_ready`)
 
     def __cinit__(self):
         self.st.base = NULL
@@ -198,6 +138,12 @@ cdef class Pool:
         return slot_offset, half // PAGE_NBYTES * PAGE_NBYTES
 
     @staticmethod
+    def halves_nbytes(int nranks, size_t pool_nbytes):
+        """Bytes of the data halves of every rank of a pool."""
+        slot_offset, half = Pool.layout(nranks, pool_nbytes)
+        return 2 * nranks * half
+
+    @staticmethod
     def mapping_nbytes(int nranks, size_t pool_nbytes, size_t arena_nbytes):
         """Bytes of a pool with `arena_nbytes` of pool-resident arrays per
         rank (the arenas start 2 MiB-aligned after the slots)."""
@@ -208,14 +154,16 @@ cdef class Pool:
     @staticmethod
     def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
                int numa_node=-1, size_t arena_nbytes=0, bint emulate=False,
-               bint unnamed=True):
+               bint unnamed=True, bint lazy=False):
         """Create, size and map a new POSIX shared-memory segment, mode
         0600: without a name (`unnamed`, where /dev/shm takes O_TMPFILE),
         else under an unguessable one (O_EXCL); returns the Pool of the
         creating rank.  With `numa_node` >= 0 the segment's pages are bound
         to that NUMA node (the policy is stored with the shared object, so
         every rank's page faults follow it).  `emulate`: this process sees
-        the segment through caches without coherence (cxl_emulate.h)."""
+        the segment through caches without coherence (cxl_emulate.h).
+        `lazy` (not with `emulate`; `attach` with the same): the data
+        halves are reserved on the pool's first call that moves data."""
         check_layout(nranks, pool_nbytes)
         cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
         name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
@@ -243,12 +191,12 @@ cdef class Pool:
         pool.fd = fd                # kept: arena blocks are reserved through it
         try:
             if ftruncate(fd, total) != 0:
-                raise PoolError(errno, f"ftruncate({name}, {total}): "
+                raise PoolError(errno, f"{shortage(errno)}ftruncate({name}, {total}): "
                                        f"{strerror(errno).decode()}")
             pool._map(fd, 0, total)
             if numa_node >= 0:
                 bind_node(pool.st.base, total, numa_node)  # before any page exists
-            pool._reserve_segment(pool_nbytes)
+            pool._reserve_segment(pool_nbytes, nranks if lazy and not emulate else 0)
             if emulate:
                 pool._emulate(nranks, pool_nbytes)
         except BaseException:
@@ -260,7 +208,7 @@ cdef class Pool:
 
     @staticmethod
     def attach(object locator, int rank, int nranks, size_t pool_nbytes,
-               size_t arena_nbytes=0, bint emulate=False):
+               size_t arena_nbytes=0, bint emulate=False, bint lazy=False):
         """Map an existing segment created by `create` on another rank, by
         its `locator` (`emulate`: as in `create`).  An unnamed one is
         opened through its creator's /proc/PID/fd and must be the very file
@@ -301,6 +249,8 @@ cdef class Pool:
         except BaseException:
             pool._unmap()
             raise
+        if lazy and not emulate:
+            pool.lazy_nbytes = Pool.halves_nbytes(nranks, pool_nbytes)
         pool._verify(nranks, 0, pool_nbytes, arena_nbytes)
         pool._setup(rank)
         return pool
@@ -346,8 +296,8 @@ cdef class Pool:
         cdef void *addr = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED,
                                fd, <off_t>offset)
         if addr == MAP_FAILED:
-            raise PoolError(errno, f"mmap({self.name}, {nbytes} bytes at {offset}): "
-                                   f"{strerror(errno).decode()}")
+            raise PoolError(errno, f"{shortage(errno)}mmap({self.name}, {nbytes} bytes "
+                                   f"at {offset}): {strerror(errno).decode()}")
         self.st.base = <char *>addr
         self.nbytes = nbytes
 
@@ -364,12 +314,21 @@ cdef class Pool:
         self.st.base = image
         self.emulated = True
 
-    cdef _reserve_segment(self, size_t nbytes):
+    cdef _reserve_segment(self, size_t nbytes, int lazy_ranks=0):
         """Back the header, control lines and slots (the first `nbytes`)
-        with memory now, so that no collective ever meets a SIGBUS."""
+        with memory now, so that no collective ever meets a SIGBUS; the
+        slots only as far as header steps use them when `lazy_ranks` (the
+        pool's ranks) is set (the rest: `_ready`)."""
         cdef int err
+        slot_offset, half = Pool.layout(max(lazy_ranks, 1), nbytes)
+        cdef size_t lo = slot_offset, each = half
         with nogil:
-            err = reserve_file(self.fd, self.file_offset, nbytes)
+            if lazy_ranks:
+                err = reserve_heads(self.fd, self.file_offset, lo, each, lazy_ranks)
+            else:
+                err = reserve_file(self.fd, self.file_offset, nbytes)
+        if lazy_ranks and not err:
+            self.lazy_nbytes = Pool.halves_nbytes(lazy_ranks, nbytes)
         if err:
             raise PoolError(err, f"{NO_SPACE} for the pool {self.name} ({nbytes} bytes, "
                                  f"CXLMPI_POOL_SIZE): {strerror(err).decode()}")
@@ -438,8 +397,11 @@ cdef class Pool:
         self.st.heap = self.st.base      # its own arenas, until share_heap
         self.st.heap_lo = h.arena_offset
         self.st.heap_hi = self.nbytes
-        prefault(self.st.base, h.slot_offset,
-                 min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
+        if self.lazy_nbytes:
+            prefault_heads(self.st.base, h.slot_offset, h.half_nbytes, h.nranks)
+        else:
+            prefault(self.st.base, h.slot_offset,
+                     min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
         if h.arena_nbytes:
             if not self.emulated:
                 advise_huge(self.st.base, h.arena_offset, self.nbytes)
@@ -736,6 +698,48 @@ cdef class Pool:
         chunk -= chunk % itemsize
         return chunk if chunk >= itemsize else itemsize
 
+    cdef _ready(self, str what):
+        """(after a call's `_expect`: first data through a lazily reserved
+        pool) `ready_step`: the data halves reserved on every rank, or
+        PoolFailure `passed` on every rank, with one warning (all go to MPI)."""
+        if not self.lazy_nbytes:
+            return
+        cdef bint reserved = False, again = False
+        cdef int rc
+        with nogil:
+            rc = ready_step(&self.st, self.fd, self.file_offset, self.lazy_nbytes, &reserved)
+        if rc == OK and not reserved:
+            rc = let_go_and_agree(&self.st, &again)
+        if rc == OK and again:
+            with nogil:
+                rc = ready_step(&self.st, self.fd, self.file_offset, self.lazy_nbytes,
+                                &reserved)
+        if rc != OK:
+            self._raise(rc, what)
+        if not reserved:
+            cxl_no_space(READY_WHAT, self.lazy_nbytes)
+            raise PoolFailure(ERR_PASSED, -1, what)
+        with nogil:
+            prefault(self.st.base, self.st.slot_offset, self.st.slot_offset + self.lazy_nbytes)
+        self.lazy_nbytes = 0
+
+    def prepare(self, str what="call"):
+        """Collective, before a call that cannot go to MPI half way (the
+        object collectives, once their header step sent every rank here):
+        `_ready` in a call of its own; False on every rank where the data
+        halves cannot be had (the call goes to MPI)."""
+        if not self.lazy_nbytes:
+            return True
+        self._check()
+        self._expect(what + " ready", -1, -1, -1, 0, 0)
+        try:
+            self._ready(what)
+        except PoolFailure as exc:
+            if not exc.passed:
+                raise
+            return False
+        return True
+
     cdef _raise(self, int rc, str what):
         raise PoolFailure(rc, self.st.failed_rank, what)
 
@@ -834,6 +838,7 @@ cdef class Pool:
         cdef bint zc = self._zerocopy(nbytes)
         cdef uint64_t mine = 0, theirs = 0
         self._expect("Bcast", root, -1, -1, nbytes, 0, flags)
+        self._ready("Bcast")
         if zc and self.st.rank == root:
             mine = resident(&self.st, <const char *>address, nbytes)
         elif zc:
@@ -868,6 +873,7 @@ cdef class Pool:
         cdef bint zc = self._zerocopy(nbytes)
         cdef uint64_t send1 = 0, recv1 = 0
         self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0, flags)
+        self._ready("Allreduce" if root < 0 else "Reduce")
         if zc:
             send1 = resident(&self.st, <const char *>sendaddr, nbytes)
             if root < 0 or root == self.st.rank:
@@ -940,6 +946,7 @@ cdef class Pool:
         `flags`: the variant (V_*).  True when it ran zero-copy."""
         self._check()
         self._expect(what, root, -1, -1, max_nbytes, pairs, flags)
+        self._ready(what)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t chunk = self._chunk(1, False, flags)
         cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
@@ -971,6 +978,7 @@ cdef class Pool:
         variant (V_*).  True when it ran zero-copy."""
         self._check()
         self._expect(what, root, -1, -1, max_nbytes, pairs, flags)
+        self._ready(what)
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         cdef size_t sub = self._sub(1, flags)
@@ -1002,6 +1010,7 @@ cdef class Pool:
         self._expect(what, -1, op, tcode,
                      (counts_hash(send.nbytes, self.st.size) ^ itemsize) & ((1 << 56) - 1),
                      0, flags)
+        self._ready(what)
         cdef size_t sub_count = self._sub(itemsize, flags) // itemsize
         cdef size_t nsteps = 0, q
         cdef size_t total = 0
@@ -1044,6 +1053,7 @@ cdef class Pool:
         cdef int rc
         self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0,
                      flags)
+        self._ready("Exscan" if exclusive else "Scan")
         with nogil:
             rc = alg_fold_prefix(&self.st, <const char *>sendaddr, <char *>recvaddr,
                                  count, itemsize, fn, -1, nranks, chunk)

@@ -1,0 +1,156 @@
+# Reserving the memory behind a pool, and what a shortage of it becomes: a
+# fallback (private arrays, MPI), never a SIGBUS or an abort.  The data
+# halves of a communicator's pool are reserved only when it first carries
+# data (`ready_step`): a communicator whose calls all go to MPI costs a few
+# pages of /dev/shm, not CXLMPI_POOL_SIZE.
+# (part of cxlmpi._pool: included by pyx/_pool.pyx)
+
+from libc.errno cimport EFBIG, ENOMEM, ENOSPC
+
+# Pool memory is reserved before it is used (fallocate on the backing file):
+# tmpfs allocates pages only at first touch, and a full /dev/shm (a
+# container's 64 MiB) would otherwise kill the process with SIGBUS.  What
+# cannot be reserved -- nor mapped, for want of address space (ulimit -v) --
+# falls back: private memory for arrays, MPI for a pool that cannot be
+# created, and the process says so once (cxl_no_space).
+NO_SPACE = "not enough shared memory"
+
+cdef extern from *:
+    """
+    #include <stdio.h>
+    static int cxl_warned_no_space = 0;
+    static void cxl_no_space(const char *what, size_t nbytes)
+    {
+        if (__atomic_exchange_n(&cxl_warned_no_space, 1, __ATOMIC_ACQ_REL)) return;
+        fprintf(stderr, "cxlmpi: warning: not enough shared memory (/dev/shm or the "
+                "pool file is full, or the address space is limited: ulimit -v) for "
+                "%zu more bytes of %s. Give the job more (e.g. docker run "
+                "--shm-size=1g) or lower CXLMPI_POOL_SIZE / CXLMPI_ARENA_SIZE; this "
+                "warning is not repeated.\\n", nbytes, what);
+        fflush(stderr);
+    }
+    """
+    void cxl_no_space(const char *what, size_t nbytes) nogil
+
+
+cdef extern from "cxl_alloc.h" nogil:
+    # what the pool itself uses of the header's includes (fallocate, errno)
+    int fallocate(int fd, int mode, off_t offset, off_t length)
+    int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE, EINTR
+
+
+class PoolNoSpace(MemoryError):
+    """The memory behind the pool (/dev/shm, the pool file) cannot hold more."""
+
+
+cdef const char *ARENA_WHAT = (b"pool-resident arrays (cxlmpi.empty & co. return private "
+                               b"arrays now)")
+cdef const char *READY_WHAT = (b"a communicator's pool (its calls go to MPI until the "
+                               b"memory is there)")
+
+
+def warn_no_space(str what, size_t nbytes):
+    """Say, once per process, that `nbytes` of pool memory for `what` could
+    not be had (later calls stay silent)."""
+    cxl_no_space(what.encode(), nbytes)
+
+
+cdef str shortage(int err):
+    """The start of the message of a failed ftruncate/mmap/fallocate whose
+    errno `err` says the memory or address space is short (NO_SPACE: the
+    caller falls back to MPI), else ""."""
+    if err == ENOMEM:
+        return f"{NO_SPACE} or address space (ulimit -v): "
+    if err == ENOSPC or err == EFBIG:
+        return f"{NO_SPACE}: "
+    return ""
+
+
+cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
+    """Back [offset, offset + nbytes) of `fd` with memory now; 0, or the
+    errno (0 too where the file cannot reserve: devdax needs no reserving)."""
+    cdef int rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    while rc != 0 and errno == EINTR:
+        rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    if rc == 0 or errno == EOPNOTSUPP or errno == ENODEV or errno == ENOSYS \
+            or errno == ESPIPE:
+        return 0
+    return errno
+
+
+def reserve(int fd, size_t offset, size_t nbytes):
+    """`reserve_file` for cxlmpi.backends (a pool file's partition table):
+    0, or the errno."""
+    return reserve_file(fd, offset, nbytes)
+
+
+cdef int reserve_heads(int fd, size_t offset, size_t slot_offset, size_t half,
+                       int nranks) noexcept nogil:
+    """Reserve what a pool uses before it carries data: the header and
+    control lines ([0, slot_offset) of the segment at `offset` of `fd`),
+    and the first page of every data half, which header steps write (see
+    agree_max).  0, or the errno."""
+    cdef int err = reserve_file(fd, offset, slot_offset)
+    cdef int k
+    for k in range(2 * nranks):
+        if err:
+            break
+        err = reserve_file(fd, offset + slot_offset + <size_t>k * half, PAGE_NBYTES)
+    return err
+
+
+cdef void prefault_heads(char *base, size_t slot_offset, size_t half,
+                         int nranks) noexcept nogil:
+    """`prefault` the pages `reserve_heads` reserved in the data halves."""
+    cdef int k
+    for k in range(2 * nranks):
+        prefault(base, slot_offset + <size_t>k * half,
+                 slot_offset + <size_t>k * half + PAGE_NBYTES)
+
+
+cdef int ready_step(state_t *st, int fd, size_t offset, size_t nbytes,
+                    bint *reserved) noexcept nogil:
+    """The first step of the first call that moves data through a pool
+    whose data halves are not reserved yet: every rank reserves them all
+    (the `nbytes` after the control lines of the segment at `offset` of
+    `fd`; a rank after the first finds them reserved), then all learn
+    whether every rank could (a header step: one that could not publishes
+    0) -- `reserved`, the same on every rank, so that all go on in the pool
+    or all go to MPI.  The call's signature rides on it (the caller set it):
+    a peer that sent the call to MPI, or calls that do not match, stop it
+    as they would the call's own first step.  OK, or the step's error."""
+    cdef int err = reserve_file(fd, offset + st.slot_offset, nbytes)
+    cdef uint64_t agreed = 0
+    cdef uint64_t extra[2]
+    cdef uint64_t most[2]
+    extra[0] = extra[1] = 0
+    cdef int rc = agree_max(st, 0 if err else 1, 0, extra, &agreed, most)
+    reserved[0] = rc == OK and agreed != 0
+    return rc
+
+
+_let_go = None   # what frees memory the process keeps (see on_short)
+
+
+def on_short(fn):
+    """Install `fn()`, which lets go of pool memory the process keeps (the
+    pools of freed communicators, cxlmpi.state) and says whether it had
+    any: a pool whose data halves cannot be had calls it on every rank."""
+    global _let_go
+    _let_go = fn
+
+
+cdef int let_go_and_agree(state_t *st, bint *again) except -9:
+    """After a `ready_step` that found no room (every rank alike): let go
+    of kept memory (`on_short`); `again` when any rank had some (a header
+    step), and all try once more.  OK, or the step's error."""
+    cdef bint freed = bool(_let_go()) if _let_go is not None else False
+    cdef uint64_t agreed = 0
+    cdef uint64_t extra[2]
+    cdef uint64_t most[2]
+    extra[0] = extra[1] = 0
+    cdef int rc
+    with nogil:
+        rc = agree_max(st, 1 + freed, 0, extra, &agreed, most)
+    again[0] = rc == OK and agreed > 1
+    return rc
