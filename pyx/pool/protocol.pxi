@@ -408,8 +408,11 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, const uint64_t *e
     (0 from any rank, meaning "not mine", makes the result 0).  `pairs`:
     this rank's share of the block checksum (see check_signatures), checked
     only when every rank takes the pool path (a rank that declines may not
-    know its blocks).  `extra[0..1]` (the first two words of its half): all
-    learn the maximum of each too (timings, for cxlmpi.select)."""
+    know its blocks): where it does not add up (a block is not the size its
+    receiver names: MPICH takes a receive count above what arrives), the
+    result is 0 too, and every rank hands the call to MPI, which does what
+    stock MPI does with it.  `extra[0..1]` (the first two words of its
+    half): all learn the maximum of each too (timings, for cxlmpi.select)."""
     cdef int q, rc
     cdef uint64_t v, best = 0, total = 0, most0 = 0, most1 = 0
     cdef bint any_zero = mine == 0
@@ -440,10 +443,8 @@ cdef int agree_max(state_t *st, uint64_t mine, uint64_t pairs, const uint64_t *e
         if v > best:
             best = v
     # (a rank that refused its message publishes all ones: it raises anyway)
-    if not any_zero and total != 0 and best != <uint64_t>0xFFFFFFFFFFFFFFFF:
-        st.failed_rank = -1
-        st.failed_code = ERR_MISMATCH
-        return ERR_MISMATCH
+    if total != 0 and best != <uint64_t>0xFFFFFFFFFFFFFFFF:
+        any_zero = True
     result[0] = 0 if any_zero else best
     extra_max[0] = most0
     extra_max[1] = most1

@@ -1,43 +1,24 @@
 # The personalized exchanges, Scatter(v), Alltoall(v) and
 # Reduce_scatter(_block), as CXLComm intercepts them: Pool.exchange and
-# Pool.reduce_scatter (pyx/pool/exchange.pxi) run them.  Scatterv and
-# Alltoallv settle their path in a header step (`settle_rooted_v`,
-# `settle`).  Module-level functions, bound as methods of CommBase in
+# Pool.reduce_scatter (pyx/pool/exchange.pxi) run them.  Scatter(v) and
+# Alltoallv settle their path in a header step (`settle_rooted`,
+# `settle_rooted_v`, `settle`).  Module-level functions, bound as methods of CommBase in
 # pyx/_shim.pyx.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
 def Scatter(self, sendbuf, recvbuf, int root=0):
-    """Scatter data from one process to all other processes."""
+    """Scatter data from one process to all other processes.  A receive
+    buffer may name more than the root sends (MPICH takes it), and only
+    the root knows the block: the ranks settle the path in a header step
+    (`settle_rooted`)."""
     enter(self)
     cdef double t0 = start(), t
-    cdef Message send = None, recv = None
-    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    cdef Py_ssize_t block = -1
-    cdef bint parsed = False
-    if not disabled and lo[SCATTER] != NEVER and 0 <= root < size and \
-            not (skip(self, SCATTER, sendbuf) if rank == root
-                 else skip(self, SCATTER, recvbuf, size)):
-        parsed = True
-        if rank == root:
-            send = parse_any(sendbuf, False, size, lo[SCATTER])
-            if send is not None:
-                block = send.nbytes
-                if recvbuf is not _IN_PLACE:
-                    recv = parse_any(recvbuf, True, 0, lo[SCATTER] // size)
-                    if recv is None or recv.nbytes != block or aliased(send, recv):
-                        block = -1
-        else:
-            recv = parse_any(recvbuf, True, 0, lo[SCATTER] // size)
-            if recv is not None:
-                block = recv.nbytes
-    if block >= 0 and not within(SCATTER, block * size):
-        block = -1
-    state = state_of(self, SCATTER) if block >= 0 else None
-    if state is not None:
-        code = take(self, state, SCATTER, block * size, root,
-                    recv.address if recv is not None else 0, block,
-                    send.address if send is not None else 0, block * size)
+    cdef Message send, recv
+    cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
+    cdef Py_ssize_t block = 0
+    state, agreed, code, send, recv, parsed = settle_rooted(
+        self, SCATTER, sendbuf, recvbuf, root, size, rank)
     if code <= 0:
         if code == 0:
             to_mpi(self)
@@ -48,6 +29,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
         t = now()
         if not time_all:
             t0 = t
+        block = agreed - 1   # (every block: the checksum added up)
         zeros = [0] * size
         if rank == root:
             send_addrs = [send.address + d * block for d in range(size)]
@@ -65,7 +47,7 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
             drain(recv)
             pooled(SCATTER, block * size, t0)
     if state is not None:
-        took(state, SCATTER, block * size, code, zc, t)
+        took(state, SCATTER, (agreed - 1) * size, code, zc, t)
 
 
 def Scatterv(self, sendbuf, recvbuf, int root=0):
@@ -114,33 +96,38 @@ def Alltoall(self, sendbuf, recvbuf):
     """All to All Scatter/Gather: every rank sends block d to rank d."""
     enter(self)
     cdef double t0 = start(), t
-    if disabled or skip(self, ALLTOALL, recvbuf):
+    # Decided from the blocks this rank sends, as Allgather is.
+    cdef bint inplace = sendbuf is _IN_PLACE
+    if disabled or skip(self, ALLTOALL, recvbuf if inplace else sendbuf):
         to_mpi(self)
         pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1)
         passed(ALLTOALL, t0)
         return
-    cdef Message send = None, recv = None
+    cdef Message send = None, recv = None, pr
     cdef int size = comm_size(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
-    recv = parse_any(recvbuf, True, size, lo[ALLTOALL])
-    if recv is not None:
-        block = recv.nbytes
-        if sendbuf is not _IN_PLACE:
-            send = parse_any(sendbuf, False, size, lo[ALLTOALL])
-            if send is None or send.nbytes != block or aliased(send, recv):
-                block = -1
-        if block >= 0 and not within(ALLTOALL, block * size):
-            block = -1
-    state = state_of(self, ALLTOALL) if block >= 0 else None
+    pr = recv = parse_any(recvbuf, True, size, lo[ALLTOALL])
+    if inplace:
+        block = recv.nbytes if recv is not None else -1
+    else:
+        send = parse_any(sendbuf, False, size, lo[ALLTOALL])
+        block = send.nbytes if send is not None else -1
+        if recv is not None and (send is None or send.nbytes != recv.nbytes
+                                 or aliased(send, recv)):
+            recv = None
+    state = state_of(self, ALLTOALL) if block >= 0 and within(ALLTOALL, block * size) \
+        else None
     if state is not None:
         code = take(self, state, ALLTOALL, block * size, -1,
                     send.address if send is not None else 0, block * size,
-                    recv.address, block * size)
+                    recv.address if recv is not None else 0, block * size)
+        if recv is None and code > 0:
+            code = 0   # (its peers follow it to MPI)
     if code <= 0:
         if code == 0:
             to_mpi(self)
         t = clock()
-        pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1, send, recv, recv is not None)
+        pass_move(self, CXL_MPI_ALLTOALL, sendbuf, recvbuf, -1, send, pr, pr is not None)
         passed(ALLTOALL, t0)
     else:
         t = now()

@@ -1,7 +1,8 @@
 # Allgather(v) and Gather(v), as CXLComm intercepts them: Pool.gather
 # (pyx/pool/gather.pxi) runs them all.  Gatherv's counts are known only at
 # the root, so its ranks settle the path in a header step
-# (`settle_rooted_v`).  Module-level functions, bound as methods of CommBase
+# (`settle_rooted_v`); so do Gather's (`settle_rooted`), whose root may name
+# more than arrives.  Module-level functions, bound as methods of CommBase
 # in pyx/_shim.pyx.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
@@ -10,25 +11,37 @@ def Allgather(self, sendbuf, recvbuf):
     """Gather to All."""
     enter(self)
     cdef double t0 = start(), t
-    if disabled or skip(self, ALLGATHER, recvbuf):
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
+    # Decided from the block this rank sends (all send alike), never from
+    # its receive buffer, which may name more (MPICH takes it): a rank
+    # whose receive blocks are not its send block sends the call to MPI,
+    # after the pool's set-up, which every rank then meets alike.
+    cdef bint inplace = sendbuf is _IN_PLACE
+    if disabled or skip(self, ALLGATHER, recvbuf if inplace else sendbuf,
+                        1 if inplace else size):
         to_mpi(self)
         pass_move(self, CXL_MPI_ALLGATHER, sendbuf, recvbuf, -1)
         passed(ALLGATHER, t0)
         return
     cdef Message send = None, recv = None, pr
-    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
+    cdef Py_ssize_t block = -1
     pr = recv = parse_any(recvbuf, True, size, lo[ALLGATHER])
-    if recv is not None and sendbuf is not _IN_PLACE:
+    if inplace:
+        block = recv.nbytes if recv is not None else -1
+    else:
         send = parse_any(sendbuf, False, 0, lo[ALLGATHER] // size)
-        if send is None or send.nbytes != recv.nbytes or aliased(send, recv):
+        block = send.nbytes if send is not None else -1
+        if recv is not None and (send is None or send.nbytes != recv.nbytes
+                                 or aliased(send, recv)):
             recv = None
-    if recv is not None and not within(ALLGATHER, recv.nbytes * size):
-        recv = None
-    state = state_of(self, ALLGATHER) if recv is not None else None
+    state = state_of(self, ALLGATHER) if block >= 0 and within(ALLGATHER, block * size) \
+        else None
     if state is not None:
-        code = take(self, state, ALLGATHER, recv.nbytes * size, -1,
-                    send.address if send is not None else 0, recv.nbytes,
-                    recv.address, recv.nbytes * size)
+        code = take(self, state, ALLGATHER, block * size, -1,
+                    send.address if send is not None else 0, block,
+                    recv.address if recv is not None else 0, block * size)
+        if recv is None and code > 0:
+            code = 0   # (its peers follow it to MPI)
     if code <= 0:
         if code == 0:
             to_mpi(self)
@@ -50,7 +63,7 @@ def Allgather(self, sendbuf, recvbuf):
             drain(recv)
             pooled(ALLGATHER, block * size, t0)
     if state is not None:
-        took(state, ALLGATHER, recv.nbytes * size, code, zc, t)
+        took(state, ALLGATHER, block * size, code, zc, t)
 
 
 def Allgatherv(self, sendbuf, recvbuf):
@@ -71,12 +84,17 @@ def Allgatherv(self, sendbuf, recvbuf):
             recv = vec.m
             if sendbuf is not _IN_PLACE:
                 send = parse_any(sendbuf, False)
-            fits = within(ALLGATHERV, recv.nbytes) and (
-                send is not None and send.nbytes == vec.counts[rank] * recv.itemsize
-                and not aliased(send, recv) or sendbuf is _IN_PLACE)
-    state = state_of(self, ALLGATHERV) if fits else None
+            # the pool's set-up (collective) from what every rank holds
+            # alike, the counts; a rank whose own block is not the one it
+            # names sends the call to MPI after it (its peers follow)
+            fits = send is not None and send.nbytes == vec.counts[rank] * recv.itemsize \
+                and not aliased(send, recv) or sendbuf is _IN_PLACE
+    state = state_of(self, ALLGATHERV) if vec is not None and within(ALLGATHERV, recv.nbytes) \
+        else None
     if state is not None:
         code = take(self, state, ALLGATHERV, recv.nbytes, -1)
+        if not fits and code > 0:
+            code = 0
     if code <= 0:
         if code == 0:
             to_mpi(self)
@@ -107,36 +125,16 @@ def Allgatherv(self, sendbuf, recvbuf):
 
 
 def Gather(self, sendbuf, recvbuf, int root=0):
-    """Gather together values from a group of processes."""
+    """Gather together values from a group of processes.  The root's
+    buffer may name more than the others send (MPICH takes it): the ranks
+    settle the path in a header step (`settle_rooted`)."""
     enter(self)
     cdef double t0 = start(), t
-    cdef Message send = None, recv = None
-    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    cdef Py_ssize_t block = -1
-    cdef bint parsed = False
-    if not disabled and lo[GATHER] != NEVER and 0 <= root < size and \
-            not (skip(self, GATHER, recvbuf) if rank == root
-                 else skip(self, GATHER, sendbuf, size)):
-        parsed = True
-        if rank == root:
-            recv = parse_any(recvbuf, True, size, lo[GATHER])
-            if recv is not None:
-                block = recv.nbytes
-                if sendbuf is not _IN_PLACE:
-                    send = parse_any(sendbuf, False, 0, lo[GATHER] // size)
-                    if send is None or send.nbytes != block or aliased(send, recv):
-                        block = -1
-        else:
-            send = parse_any(sendbuf, False, 0, lo[GATHER] // size)
-            if send is not None:
-                block = send.nbytes
-    if block >= 0 and not within(GATHER, block * size):
-        block = -1
-    state = state_of(self, GATHER) if block >= 0 else None
-    if state is not None:
-        code = take(self, state, GATHER, block * size, root,
-                    send.address if send is not None else 0, block,
-                    recv.address if recv is not None else 0, block * size)
+    cdef Message send, recv
+    cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
+    cdef Py_ssize_t block = 0
+    state, agreed, code, recv, send, parsed = settle_rooted(
+        self, GATHER, sendbuf, recvbuf, root, size, rank)
     if code <= 0:
         if code == 0:
             to_mpi(self)
@@ -147,6 +145,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
         t = now()
         if not time_all:
             t0 = t
+        block = agreed - 1   # (every block: the checksum added up)
         if rank == root:
             addrs = [recv.address + q * block for q in range(size)]
         else:
@@ -160,7 +159,7 @@ def Gather(self, sendbuf, recvbuf, int root=0):
             drain(recv)
             pooled(GATHER, block * size, t0)
     if state is not None:
-        took(state, GATHER, block * size, code, zc, t)
+        took(state, GATHER, (agreed - 1) * size, code, zc, t)
 
 
 def Gatherv(self, sendbuf, recvbuf, int root=0):

@@ -158,6 +158,64 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
     return state, agreed, code, vec, mine
 
 
+cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
+                         int root, int size, int rank):
+    """Gather / Scatter: the path settled as for their v-variants, in a
+    header step.  A rank other than the root knows only its own block,
+    and MPI lets the receiving side name more than arrives (mpi4py infers
+    the count from the buffer; MPICH takes it): a Scatter whose receive
+    buffers are twice the block, a Gather root's buffer twice the data.
+    Decided from each rank's own block, such a call went to the pool on
+    some ranks and to MPI on others (a hang in the pool's set-up) or ran
+    with sizes that do not match.  Here every rank publishes 1 + its block
+    and its share of the block checksum: where every block is the size
+    its receiver expects, the pool runs it; where one is not, every rank
+    goes to MPI, which does what stock MPI does.  Returns (state, agreed,
+    path code, the root's whole message (Gather: receive, Scatter: send;
+    None elsewhere), own block (None: IN_PLACE at the root), parsed)."""
+    cdef bint gathering = which == GATHER
+    cdef Message whole = None, mine = None
+    cdef Py_ssize_t block = -1
+    cdef uint64_t local = 0, pairs = 0
+    cdef int i
+    eligible = not disabled and lo[which] != NEVER and 0 <= root < size
+    own = sendbuf if gathering else recvbuf
+    refused = None
+    if eligible:
+        try:
+            if rank == root:
+                whole = parse_any(recvbuf if gathering else sendbuf, gathering, size, lo[which])
+                if whole is not None:
+                    block = whole.nbytes
+                    if own is not _IN_PLACE:
+                        mine = parse_any(own, not gathering, 0, lo[which] // size)
+                        if mine is None or mine.nbytes != block or aliased(mine, whole):
+                            block = -1
+            else:
+                mine = parse_any(own, not gathering, 0, lo[which] // size)
+                if mine is not None:
+                    block = mine.nbytes
+        except ValueError as exc:   # outside its buffer: every rank raises
+            refused, block = exc, -1
+    if block >= 0:
+        local = 1 + block
+    if block >= 0 and not alone(which, local, size):
+        # Gather: ranks send to the root; Scatter: the root sends to them
+        if rank == root:   # (its own block is not exchanged)
+            for i in range(size):
+                if i != root:
+                    if gathering:
+                        pairs -= <uint64_t>pair_hash(i, root, block)
+                    else:
+                        pairs += <uint64_t>pair_hash(root, i, block)
+        elif gathering:
+            pairs = <uint64_t>pair_hash(rank, root, block)
+        else:
+            pairs = -<uint64_t>pair_hash(root, rank, block)
+    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused)
+    return state, agreed, code, whole, mine, eligible
+
+
 cdef inline object run_failed(object comm, object exc):
     return _fail(comm, _states.get(comm.handle), exc)
 
