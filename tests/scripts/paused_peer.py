@@ -1,7 +1,8 @@
 """Rank 1 stands still (SIGSTOP) for many times its lease while rank 0
 waits for it in a pool Allreduce (tests/test_liveness.py).
 
-    mpiexec -n 1 python paused_peer.py MODE : -n 1 [unshare ... sh -c "python paused_peer.py MODE; exit"]
+    mpiexec -n 1 python paused_peer.py MODE : \
+            -n 1 [unshare ... sh -c "python paused_peer.py MODE; exit"]
 
 (In a namespace of its own rank 1 must not be its init, pid 1, which
 ignores the SIGSTOP it sends itself: a shell that waits for it is.)
