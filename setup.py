@@ -18,7 +18,7 @@ extensions = [
     Extension("cxlmpi._pool", ["pyx/_pool.pyx"], include_dirs=["pyx"],
               extra_compile_args=COMPILE_ARGS,
               depends=["pyx/cxl_kernels.h", "pyx/cxl_emulate.h", "pyx/cxl_alloc.h",
-                       "pyx/cxl_alloc.pxd", "pyx/cxl_layout.h",
+                       "pyx/cxl_alloc.pxd", "pyx/cxl_layout.h", "pyx/cxl_lock.h",
                        *glob.glob("pyx/pool/*.pxi")]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"], include_dirs=["pyx"],
               extra_compile_args=COMPILE_ARGS,

@@ -19,13 +19,16 @@ read and its write than that bound backs off), serialized within a host by
 a file lock.  Every table store is flushed and every load invalidated,
 since hosts may not keep their caches coherent for each other.
 
-Who lives is judged without trusting a pid where it means nothing: on this
-host, in this pid namespace (HOST tells containers apart), by pid and start
-time; elsewhere by a heartbeat -- a counter the owner's beat thread
-advances (entries, the lock, control lines), judged by this process's own
-monotonic clock, never another host's wall clock.  A partition is
-reclaimed only when its leader and every attached rank are shown gone;
-what cannot be judged is left alone.  `python -m cxlmpi --pool-status`
+Who lives is judged as cxlmpi.liveness tells: on this kernel (any pid
+namespace) by the lock each owner holds on a byte of the file -- its table
+entry's, its control line's -- which the kernel keeps while the owner
+lives, stopped or not; in this pid namespace by pid and start time too;
+on other hosts by a heartbeat, a counter the owner's beat thread advances,
+judged by this process's own monotonic clock.  A partition is reclaimed
+only when its leader and every attached rank are shown gone; what cannot
+be judged is left alone.  A partition reclaimed from a job of another host
+that stood still past its lease has its token wiped: the job finds out at
+its next step (cxlmpi._pool) and stops with an error.  `python -m cxlmpi --pool-status`
 shows the table, `--pool-reset` frees stale partitions (or, with `all`,
 every partition).
 
@@ -44,7 +47,6 @@ import ctypes
 import errno
 import fcntl
 import grp
-import hashlib
 import mmap
 import os
 import secrets
@@ -60,6 +62,18 @@ from pathlib import Path
 from . import _pool, config
 from .access import check_private, drop_acl
 from .errors import CXLMPIConfigError, CXLMPIPoolError
+from .liveness import (
+    ALIVE,
+    DEAD,
+    HOST,
+    UNKNOWN,
+    Watch,
+    drop,
+    hold,
+    pid_verdict,
+    start_time,
+    verdict,
+)
 from .spec import PoolSpec, parse_spec
 
 __all__ = ["PoolSpec", "parse_spec", "Device", "open_device", "dax_geometry",
@@ -69,7 +83,7 @@ MIB = 1 << 20
 DEFAULT_DAX_ALIGN = 2 * MIB
 NEW_FILE_NBYTES = 64 << 30      # size of a pool file cxlmpi creates (sparse)
 TABLE_MAGIC = 0x3130544150495843  # "CXIPAT01" little-endian
-TABLE_VERSION = 2                # 2: heartbeats in entries and the lock
+TABLE_VERSION = 3                # 2: heartbeats; 3: owners on one kernel hold locks
 TABLE_NBYTES = 64 * 1024        # the table; partitions start after it, aligned
 NENTRIES = 255
 LINE = 128                       # one writer per 128-byte line
@@ -92,6 +106,7 @@ CTRL_ATTACHED = _pool.LAYOUT["ctrl_attached"] // 8
 CTRL_BEAT = _pool.LAYOUT["ctrl_beat"] // 8
 CTRL_PERIOD = _pool.LAYOUT["ctrl_beat_period"] // 8
 CTRL_START = _pool.LAYOUT["ctrl_start"] // 8
+HEADER_TOKEN = _pool.LAYOUT["header_token"]
 
 # Entry words: state, token, offset, nbytes, host, pid, pid start time,
 # claimed time (ns, for people), uid, nranks, the host name (32 bytes), the
@@ -108,8 +123,6 @@ E_WORDS = 16
 L_TOKEN = 0
 L_HOST, L_PID, L_START, L_BEAT, L_PERIOD, L_INSIDE = range(8, 14)
 L_WORDS = 14
-
-ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 
 
 #: The words of the error a claim raises when the device has no room left
@@ -187,104 +200,10 @@ def _parse_list(text: str) -> set[int]:
 
 # --------------------------------------------------------- host and process
 
-def _host_id() -> int:
-    """A 64-bit identity of where a pid means something: this boot of this
-    host, and this pid namespace (containers on one host share the boot
-    but not their pids).  Where /proc does not show this namespace's pids
-    (a pid namespace without its own /proc), no pid can be looked up:
-    the identity is this process's alone, and its peers judge it by its
-    heartbeat."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = socket.gethostname()
-    try:
-        ns = os.stat("/proc/self/ns/pid").st_ino
-        if os.readlink("/proc/self") != str(os.getpid()):
-            raise OSError("/proc is another pid namespace's")
-    except OSError:
-        ns = secrets.randbits(64)
-    digest = hashlib.blake2b(f"{boot}/pid:{ns}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") or 1
-
-
-def _start_time(pid: int) -> int:
-    """Start time of process `pid` in clock ticks: 0 if it is gone (or a
-    zombie), -1 if it lives but /proc does not say (hidepid, another
-    user's process): tells a live process from a later one that reused its
-    pid."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return 0
-    except PermissionError:
-        pass
-    except OSError:
-        return -1
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return 0
-    except OSError:
-        return -1
-    fields = stat_line[stat_line.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return 0
-    return int(fields[19])
-
-
-HOST = _host_id()
+_start_time = start_time
+_same_host_verdict = pid_verdict
 _pool.set_host(HOST, max(0, _start_time(os.getpid())))
 config.on_change(lambda cfg: _pool.set_heartbeat(cfg.heartbeat, cfg.lease_beats))
-
-
-class Watch:
-    """Heartbeats as this process has seen them: a counter that has not
-    moved, by this process's monotonic clock, for its owner's period times
-    CXLMPI_LEASE_BEATS belongs to a process that is gone."""
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple, tuple[int, float]] = {}
-        self.longest_lease_s = 0.0   # of the counters not yet judged
-
-    def verdict(self, key: tuple, beat: int, period_ns: int) -> str:
-        """ALIVE (it moved since last looked at), DEAD (still for its
-        lease) or UNKNOWN (first look, or not still for long enough; a
-        counter without a period cannot be judged)."""
-        if period_ns <= 0:
-            return UNKNOWN
-        now = time.monotonic()
-        lease = period_ns * 1e-9 * config.get().lease_beats
-        before = self._seen.get(key)
-        if before is None or before[0] != beat:
-            self._seen[key] = (beat, now)
-            if before is None:
-                self.longest_lease_s = max(self.longest_lease_s, lease)
-                return UNKNOWN
-            return ALIVE
-        if now - before[1] > lease:
-            return DEAD
-        self.longest_lease_s = max(self.longest_lease_s, lease - (now - before[1]))
-        return UNKNOWN
-
-    def wait(self) -> None:
-        """Sleep until every counter first seen can be judged."""
-        time.sleep(min(self.longest_lease_s, 600.0) + 0.05)
-        self.longest_lease_s = 0.0
-
-
-def _same_host_verdict(pid: int, start: int | None) -> str:
-    """Liveness of a process of this host and pid namespace: its pid, and
-    where known its start time (a reused pid is another process); a pid
-    that exists but cannot be looked into is not judged dead."""
-    if pid <= 0:
-        return DEAD
-    now = _start_time(pid)
-    if now == 0:
-        return DEAD
-    if now < 0:
-        return UNKNOWN
-    return ALIVE if start is None or start <= 0 or now == start else DEAD
 
 
 # ------------------------------------------------------------ the device
@@ -549,11 +468,9 @@ class Device:
             return DEAD
         verdicts = []
         if w[E_STATE] == CLAIMED:
-            if w[E_HOST] == HOST:
-                verdicts.append(_same_host_verdict(w[E_PID], w[E_START]))
-            else:
-                verdicts.append(watch.verdict(("entry", index, w[E_TOKEN]),
-                                              w[E_BEAT], w[E_PERIOD]))
+            verdicts.append(verdict(w[E_HOST], w[E_PID], w[E_START],
+                                    (self.fd, 8 * self._entry_word(index)), watch,
+                                    ("entry", index, w[E_TOKEN]), w[E_BEAT], w[E_PERIOD]))
             if verdicts[0] == ALIVE:
                 return ALIVE
         verdicts += self._rank_verdicts(w, watch)
@@ -572,11 +489,10 @@ class Device:
         for r, words in enumerate(lines):
             if not words[CTRL_ATTACHED]:
                 continue
-            if words[CTRL_HOST] == HOST:
-                out.append(_same_host_verdict(words[CTRL_PID], words[CTRL_START]))
-            else:
-                out.append(watch.verdict(("rank", offset, w[E_TOKEN], r),
-                                         words[CTRL_BEAT], words[CTRL_PERIOD]))
+            out.append(verdict(words[CTRL_HOST], words[CTRL_PID], words[CTRL_START],
+                               (self.fd, offset + CTRL_AT + r * CTRL_LINE), watch,
+                               ("rank", offset, w[E_TOKEN], r),
+                               words[CTRL_BEAT], words[CTRL_PERIOD]))
         return out
 
     def attached_ranks(self, offset: int, nranks: int) -> list[int]:
@@ -636,6 +552,7 @@ class Device:
                     pid = os.getpid()
                     name = socket.gethostname().encode()[:32].ljust(32, b"\0")
                     word = self._entry_word(entry)
+                    self._hold(entry)
                     self._store(word + 1, [token, offset, length, HOST, pid,
                                            _start_time(pid), time.time_ns(), os.getuid(),
                                            nranks, *struct.unpack("<4Q", name), 0,
@@ -645,6 +562,7 @@ class Device:
                                        self._address + 8 * (word + E_TOKEN), token)
                     except BaseException:
                         self._store(word, [FREE, 0])
+                        drop(self.fd, 8 * word)
                         raise
                     self._store(word, [CLAIMED])
                     self.claims[entry] = token
@@ -698,6 +616,7 @@ class Device:
         word = self._entry_word(entry)
         if leader:
             _pool.beat_remove(self._address + 8 * (word + E_BEAT))
+            drop(self.fd, 8 * word)
         with self.locked():
             w = self._load(word, E_WORDS)
             if w[E_TOKEN] != token or w[E_STATE] == FREE:
@@ -708,7 +627,36 @@ class Device:
             if w[E_STATE] == RELEASED and self._liveness(entry, w, Watch()) == DEAD:
                 self._free_entry(entry, w[E_OFFSET], w[E_NBYTES])
 
+    def _hold(self, entry: int) -> None:
+        """Lock entry `entry`'s byte for this process (cxlmpi.liveness)."""
+        try:
+            hold(self.fd, 8 * self._entry_word(entry))
+        except OSError as exc:
+            raise CXLMPIPoolError(
+                f"{self.spec}: cannot lock a byte of it ({exc.strerror}): jobs on this "
+                f"host tell live partitions from stale ones by such locks; put the pool "
+                f"file on a file system that takes fcntl locks (tmpfs, ext4, xfs)") from None
+
+    def _revoke(self, offset: int) -> None:
+        """Wipe the token in the header of the partition at `offset` before
+        it is freed: a job judged gone that only stood still (another host's,
+        past its lease) finds at its next step that the memory is no longer
+        its own (where holes are punched, the hole does the same)."""
+        if self._never_written(offset, HEADER_TOKEN + 8):
+            return
+        try:
+            m = mmap.mmap(self.fd, self.align, mmap.MAP_SHARED,
+                          mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
+        except (OSError, ValueError):
+            return
+        try:
+            m[HEADER_TOKEN:HEADER_TOKEN + 8] = bytes(8)
+            _pool.flush(ctypes.addressof(ctypes.c_char.from_buffer(m, HEADER_TOKEN)), 8, False)
+        finally:
+            m.close()
+
     def _free_entry(self, entry: int, offset: int, nbytes: int) -> None:
+        self._revoke(offset)
         self._store(self._entry_word(entry), [FREE, 0])
         if self.spec.kind == "file":  # give tmpfs / page-cache memory back
             _punch_hole(self.fd, offset, nbytes)
@@ -744,6 +692,7 @@ class Device:
     def close(self) -> None:
         for entry in self.claims:
             _pool.beat_remove(self._address + 8 * (self._entry_word(entry) + E_BEAT))
+            drop(self.fd, 8 * self._entry_word(entry))
         self.claims.clear()
         self._words.release()
         self._map.close()

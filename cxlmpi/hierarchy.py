@@ -158,7 +158,7 @@ class Hierarchy:
         here."""
         code = PoolFailure.MISMATCH if exc.passed else exc.code
         rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
-        return PoolFailure(code, rank, exc.what)
+        return PoolFailure(code, rank, exc.what, exc.still_s, exc.lease_s)
 
     def ops_address(self) -> int:
         """The address of the call counter (see Pool.ops_address)."""

@@ -402,6 +402,15 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
             f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
             f"{comm.Get_size()}) timed out after {timeout:g} s waiting for "
             f"ranks {missing} (raise CXLMPI_TIMEOUT if they are just slow)")
+    elif exc.revoked:
+        err = CXLMPIPoolError(_revoked(exc, name, comm.Get_rank()))
+    elif exc.still_s > 0:
+        err = CXLMPIPeerError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): rank {exc.rank} "
+            f"runs on another host and its heartbeat stood still for {exc.still_s:.1f} s, "
+            f"past its lease of {exc.lease_s:g} s (CXLMPI_LEASE_BEATS x CXLMPI_HEARTBEAT): "
+            f"judged gone; if it was only stopped (a paused container, SIGSTOP, a "
+            f"debugger), raise CXLMPI_LEASE_BEATS above the longest pause")
     else:
         err = CXLMPIPeerError(
             f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): rank "
@@ -425,6 +434,17 @@ def order_timed_out(comm: MPI.Intracomm, state: _State, what: str) -> CXLMPIErro
     state.close()
     state.error = err
     return err
+
+
+def _revoked(exc: PoolFailure, name: str, rank: int) -> str:
+    """What a rank whose pool memory was handed to another job is told."""
+    cfg = config.get()
+    return (f"cxlmpi: {exc.what} on {name} (rank {rank}): the pool's partition was "
+            f"handed to another job: this process stood still (stopped, paused, in a "
+            f"debugger) for longer than its lease, {cfg.lease_beats} x "
+            f"{cfg.heartbeat:g} s (CXLMPI_LEASE_BEATS x CXLMPI_HEARTBEAT), and a job on "
+            f"another host took the memory; this call's results cannot be trusted. "
+            f"Raise CXLMPI_LEASE_BEATS above the longest pause")
 
 
 _shim.bind(_state_for, _fail, order_timed_out)

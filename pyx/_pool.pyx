@@ -9,6 +9,8 @@ one extension made of one file per concern, each a layer on the one before::
     pool/layout.pxi     the layout as this rank sees it; status and kernel codes
     pool/machine.pxi    CPU features, cache flushes (and their emulation), NUMA
                         binding, host identity
+    pool/liveness.pxi   peers' locks (liveness without a clock), the partition's
+                        token (whose memory it is)
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
     pool/fold.pxi       rank-order folds shared by every reduction
@@ -127,6 +129,7 @@ cdef extern from "cxl_emulate.h" nogil:
 
 include "pool/layout.pxi"
 include "pool/machine.pxi"
+include "pool/liveness.pxi"
 include "pool/protocol.pxi"
 include "pool/fold.pxi"
 include "pool/bcast.pxi"

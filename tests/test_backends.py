@@ -625,53 +625,82 @@ def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
 FOREIGN_CLAIMER = """
 import os, sys
 from cxlmpi import backends, config
+from cxlmpi._pool import Pool
 config.get()
 dev = backends.open_device(backends.parse_spec(sys.argv[1]))
 entry, token, offset, length = dev.claim(4 << 20, 1)
+if sys.argv[2] == "rank":   # mapped by its rank, released by its leader
+    pool = Pool.map_partition(dev.fd, offset, length, 0, 1, True, token, "p", 0, dev.wipes)
+    dev.release(entry, token)
 with open(sys.argv[1][5:], "r+b") as f:
     f.seek(offset + length - 4096)
     f.write(b"\\xee" * 4096)
-print(offset, flush=True)
+print(os.getpid(), offset, flush=True)
 sys.stdin.read()
 """
 
 
-def test_partition_of_a_job_in_another_pid_namespace(tmp_path: Path, monkeypatch) -> None:
-    """A job in another pid namespace (a container on this host; its pids
-    mean nothing here) holds a partition: a claimer here that finds no room
-    watches its heartbeat and leaves it alone while it lives (before: judged
-    stale by a pid looked up in the wrong /proc, reclaimed and zeroed), and
-    reclaims it once it is killed."""
+def _process_in(namespace_root: int) -> int:
+    """The pid (here) of the process that `unshare --fork` (pid
+    `namespace_root`) started."""
+    children = Path(f"/proc/{namespace_root}/task/{namespace_root}/children")
+    [child] = children.read_text().split()
+    return int(child)
+
+
+@pytest.mark.parametrize("holder", ["leader", "rank"])
+def test_paused_job_in_another_pid_namespace_keeps_its_partition(
+        tmp_path: Path, monkeypatch, holder: str) -> None:
+    """A job in another pid namespace on this host (a container; its pids
+    mean nothing here) holds a partition -- by its leader's claim, or by a
+    rank that maps it after the leader released it.  Stopped (SIGSTOP, as
+    docker pause or a debugger would) for many times its lease, it keeps
+    the partition: the kernel still holds its lock, so a claimer here that
+    needs the room fails with "no room" instead of reclaiming it (before:
+    judged dead by its still heartbeat, the memory punched and handed out,
+    the job computing on another's bytes after SIGCONT).  Killed, it is
+    reclaimed at once, without waiting for a lease."""
     if os.geteuid() != 0 or subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
                                             "true"]).returncode != 0:
         pytest.skip("needs root and unshare(1)")
     path = make_file(tmp_path / "pool", 24 * MIB)
     spec = f"file:{path}"
     fresh(spec).close()
-    beats = {"CXLMPI_HEARTBEAT": "0.02", "CXLMPI_LEASE_BEATS": "10"}
+    beats = {"CXLMPI_HEARTBEAT": "0.02", "CXLMPI_LEASE_BEATS": "10"}   # a 0.2 s lease
     for name, value in beats.items():
         monkeypatch.setenv(name, value)
     config.reload()
     proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-                             sys.executable, "-c", FOREIGN_CLAIMER, spec],
+                             sys.executable, "-c", FOREIGN_CLAIMER, spec, holder],
                             cwd=ROOT, env={**mpi_env(), **beats}, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
-        offset = int(proc.stdout.readline())
+        inner_pid, offset = map(int, proc.stdout.readline().split())
+        assert inner_pid == 1                        # the premise: a namespace of its own
+        job = _process_in(proc.pid)
         dev = fresh(spec)
         [theirs] = dev.entries()
-        assert not theirs["this_host"] and theirs["liveness"] == "unknown"
-        mine = []
-        with pytest.raises(CXLMPIPoolError, match="no room"):
-            while True:
-                mine.append(dev.claim(4 * MIB, 1))
-        assert offset not in [c[2] for c in mine]
+        assert not theirs["this_host"] and theirs["liveness"] == "alive", theirs
+        assert theirs["state"] == ("claimed" if holder == "leader" else "released")
+        os.kill(job, signal.SIGSTOP)
+        try:
+            time.sleep(1.0)          # the scenario: stopped for five times its lease
+            mine = []
+            with pytest.raises(CXLMPIPoolError, match="no room"):
+                while True:   # (a claim without room watches unjudged heartbeats a lease)
+                    mine.append(dev.claim(4 * MIB, 1))
+            assert offset not in [c[2] for c in mine]
+            [theirs] = [e for e in dev.entries() if e["offset"] == offset]
+            assert theirs["liveness"] == "alive" and not theirs["stale"]
+            assert dev.reset(everything=False) == []
+        finally:
+            os.kill(job, signal.SIGCONT)
         with open(path, "rb") as f:
             f.seek(offset + 4 * MIB - 4096)
             assert f.read(4096) == b"\xee" * 4096          # their data, intact
         proc.kill()
         proc.wait()
-        assert dev.claim(4 * MIB, 1)[2] == offset           # dead now: reclaimed
+        assert dev.claim(4 * MIB, 1)[2] == offset           # gone now: reclaimed
         dev.close()
     finally:
         proc.kill()

@@ -40,6 +40,7 @@ DEF PAGE_NBYTES = 4096
 
 
 cdef cxl_ctrl _ctrl_example
+cdef cxl_header _header_example
 
 
 def _layout():
@@ -55,7 +56,8 @@ def _layout():
             "ctrl_attached": <char *>&_ctrl_example.attached - at,
             "ctrl_beat": <char *>&_ctrl_example.beat - at,
             "ctrl_beat_period": <char *>&_ctrl_example.beat_period_ns - at,
-            "ctrl_start": <char *>&_ctrl_example.start - at}
+            "ctrl_start": <char *>&_ctrl_example.start - at,
+            "header_token": <char *>&_header_example.token - <char *>&_header_example}
 
 
 # Offsets of the shared layout that Python code reads (cxlmpi.backends, tests).
@@ -66,6 +68,28 @@ DEF ERR_TIMEOUT = -1
 DEF ERR_PEER_GONE = -2
 DEF ERR_MISMATCH = -3  # the ranks' calls differ (size, root, op, type, counts)
 DEF ERR_PASSED = -4    # a peer sent this call to MPI: every rank goes there too
+DEF ERR_REVOKED = -5   # the pool's memory was handed to another job (liveness.pxi)
+
+
+class PoolFailure(Exception):
+    """A pool algorithm stopped: a peer never arrived or is gone (`rank`;
+    `still_s` > 0: judged by a heartbeat that stood still that long, past
+    its lease of `lease_s`), the ranks' calls do not match (`mismatch`;
+    rank -1: their blocks), a peer sent the call to MPI, where every rank
+    must follow (`passed`), or the pool's memory is another job's now
+    (`revoked`)."""
+
+    MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
+    PASSED = ERR_PASSED      # ... and of a call a peer sent to MPI
+
+    def __init__(self, code, rank, what, still_s=0.0, lease_s=0.0):
+        super().__init__(code, rank, what)
+        self.code, self.rank, self.what = code, rank, what
+        self.timed_out = code == ERR_TIMEOUT
+        self.mismatch = code == ERR_MISMATCH
+        self.passed = code == ERR_PASSED
+        self.revoked = code == ERR_REVOKED
+        self.still_s, self.lease_s = still_s, lease_s
 
 
 cdef extern from "cxl_kernels.h" nogil:
@@ -122,6 +146,15 @@ ctypedef struct state_t:
     int sig_pending        # the next step is this call's first
     int stream             # this call publishes with streaming stores (a variant)
     int took_zc            # this call ran zero-copy (every rank alike)
+    # liveness (pool/liveness.pxi): the backing file as this rank's own open
+    # file description (-1: none), where the mapping starts in it, the
+    # partition's token (0: a shm pool), and after ERR_PEER_GONE judged by
+    # heartbeat how long the peer stood still and its lease (else 0)
+    int lock_fd
+    size_t file_offset
+    uint64_t token
+    double still_s
+    double lease_s
 
 
 DEF ARENA_ALIGN = 2 * 1024 * 1024

@@ -22,7 +22,7 @@ UNREACHABLE = "cannot open the unnamed segment"
 
 from cxl_alloc cimport (CXL_ALLOC_FULL, CXL_ALLOC_NOSPACE, CXL_ALLOC_OK, cxl_arena,
                         cxl_arena_alloc, cxl_arena_destroy, cxl_arena_free,
-                        cxl_arena_free_bytes, cxl_arena_init, cxl_notice_fn, dup)
+                        cxl_arena_free_bytes, cxl_arena_init, cxl_notice_fn)
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -88,7 +88,7 @@ cdef class Pool:
         self.live = 0
         self.closing = False
         self.detached = False
-        self.fd = -1
+        self.fd = self.st.lock_fd = -1
         self.file_offset = 0
         self.pid = this_pid
         self.emulated = False
@@ -110,7 +110,7 @@ cdef class Pool:
         cdef bint mine = self.pid == this_pid
         self.locator = None
         if self.st.base != NULL:
-            if mine and not self.detached and self.st.size > 0:
+            if mine and not self.detached and self.st.size > 0 and not revoked(&self.st):
                 line = ctrl(&self.st, self.st.rank)  # this rank is gone
                 cxl_beat_remove(&line.beat)
                 line.attached = 0
@@ -120,6 +120,8 @@ cdef class Pool:
                 munmap(self.st.base if shared == NULL else shared, self.nbytes)
             self.st.base = NULL
         if self.fd >= 0:
+            if mine:
+                let_go_line(&self.st)
             close(self.fd)
             self.fd = -1
         if not self.unlinked:
@@ -271,7 +273,7 @@ cdef class Pool:
         check_layout(nranks, nbytes)
         cdef Pool pool = Pool.__new__(Pool)
         pool.name = name
-        pool.fd = dup(fd)           # arena blocks are reserved through it
+        pool.fd = own_description(fd)   # arena blocks are reserved, its lock held through it
         pool.file_offset = offset
         pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
         pool.wipes = wipe           # an earlier job's data may lie there
@@ -410,6 +412,10 @@ cdef class Pool:
                            self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
             self.arena.wipe = self.wipes
         cdef cxl_ctrl *line = ctrl(&self.st, rank)
+        cdef int rc = setup_liveness(&self.st, self.fd, self.file_offset, h.token)
+        if rc != 0:
+            self._unmap()
+            raise PoolError(rc, f"cannot lock a byte of {self.name}: {strerror(rc).decode()}")
         line.pid = getpid()
         line.host = host_id
         line.attached = 1
@@ -418,7 +424,7 @@ cdef class Pool:
         line.start = start_ticks
         cxl_store_release(&line.seq, 0)
         cxl_flush_meta(line, CTRL_NBYTES, 0)
-        cdef int rc = cxl_beat_add(&line.beat, 1, &h.token, h.token)
+        rc = cxl_beat_add(&line.beat, 1, &h.token, h.token)
         if rc != 0:
             self._unmap()
             raise PoolError(rc, f"cannot start the heartbeat: {strerror(rc).decode()}")
@@ -487,7 +493,7 @@ cdef class Pool:
             return
         cdef cxl_ctrl *line
         if self.pid == this_pid and not self.detached and self.st.base != NULL \
-                and self.st.size > 0:
+                and self.st.size > 0 and not revoked(&self.st):
             line = ctrl(&self.st, self.st.rank)
             cxl_beat_remove(&line.beat)
             line.attached = 0
@@ -741,7 +747,15 @@ cdef class Pool:
         return True
 
     cdef _raise(self, int rc, str what):
-        raise PoolFailure(rc, self.st.failed_rank, what)
+        raise PoolFailure(rc, self.st.failed_rank, what, self.st.still_s, self.st.lease_s)
+
+    cdef _done(self, int rc, str what):
+        """Raise unless the call `what` ended OK with its memory still this
+        job's (pool/liveness.pxi)."""
+        if rc == OK and revoked(&self.st):
+            self.st.failed_rank, rc = self.st.rank, ERR_REVOKED
+        if rc != OK:
+            self._raise(rc, what)
 
     cdef _expect(self, str what, int root, int op, int tcode, uint64_t nbytes,
                  uint64_t pairs, int flags=0):
@@ -749,6 +763,8 @@ cdef class Pool:
         first step, compared by every rank: see check_signatures); the
         variant's `flags` ride in the top byte of the bytes word, so that
         ranks that picked different variants stop with a mismatch."""
+        self.st.still_s = self.st.lease_s = 0
+        self._done(OK, what)          # (before this call writes anything)
         self.st.passed_from = self.st.pool_ops + 1
         self.st.ops += 1
         self.st.pool_ops = self.st.ops
@@ -825,8 +841,7 @@ cdef class Pool:
         self._expect("Barrier", -1, -1, -1, 0, 0)
         with nogil:
             rc = alg_barrier(&self.st)
-        if rc != OK:
-            self._raise(rc, "Barrier")
+        self._done(rc, "Barrier")
 
     def bcast(self, uintptr_t address, size_t nbytes, int root, int flags=0):
         """Broadcast `nbytes` at `address` (this rank's buffer) from `root`,
@@ -845,8 +860,7 @@ cdef class Pool:
             theirs = resident(&self.st, <const char *>address, nbytes)
         with nogil:
             rc = run_bcast(&self.st, <char *>address, nbytes, root, chunk, zc, mine, theirs)
-        if rc != OK:
-            self._raise(rc, "Bcast")
+        self._done(rc, "Bcast")
         return self.st.took_zc != 0
 
     def reduce(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
@@ -881,8 +895,7 @@ cdef class Pool:
         with nogil:
             rc = run_reduce(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
                             itemsize, fn, root, rsag, chunk, zc, send1, recv1)
-        if rc != OK:
-            self._raise(rc, "Allreduce" if root < 0 else "Reduce")
+        self._done(rc, "Allreduce" if root < 0 else "Reduce")
         return self.st.took_zc != 0
 
     cdef bint _zerocopy(self, size_t nbytes):
@@ -932,8 +945,7 @@ cdef class Pool:
         self._expect(what + " header", root, -1, -1, report, 0)
         with nogil:
             rc = agree_max(&self.st, value, pairs, mine, &agreed, most)
-        if rc != OK:
-            self._raise(rc, what)
+        self._done(rc, what)
         return agreed, most[0], most[1]
 
     def gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs,
@@ -964,8 +976,7 @@ cdef class Pool:
             if rc == OK and not done:
                 rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
                                 recv.addr, recv.nbytes, root, nsteps, chunk)
-        if rc != OK:
-            self._raise(rc, what)
+        self._done(rc, what)
         return done
 
     def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
@@ -992,8 +1003,7 @@ cdef class Pool:
             if rc == OK and not done:
                 rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
                                   recv.addr, recv.nbytes, nsteps, sub)
-        if rc != OK:
-            self._raise(rc, what)
+        self._done(rc, what)
         return done
 
     def reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr,
@@ -1038,8 +1048,7 @@ cdef class Pool:
                 rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
                                         <char *>recvaddr, itemsize, fn, nsteps, sub_count,
                                         inplace)
-        if rc != OK:
-            self._raise(rc, what)
+        self._done(rc, what)
         return zc and all_resident
 
     def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
@@ -1057,8 +1066,7 @@ cdef class Pool:
         with nogil:
             rc = alg_fold_prefix(&self.st, <const char *>sendaddr, <char *>recvaddr,
                                  count, itemsize, fn, -1, nranks, chunk)
-        if rc != OK:
-            self._raise(rc, "Exscan" if exclusive else "Scan")
+        self._done(rc, "Exscan" if exclusive else "Scan")
 
 
 cdef char *BYTE_FORMAT = "B"
@@ -1142,21 +1150,3 @@ cdef class _Arrays:
     def __dealloc__(self):
         free(self.addr)
         free(self.nbytes)
-
-
-class PoolFailure(Exception):
-    """A pool algorithm stopped: a peer never arrived or is gone (`rank`),
-    the ranks' calls do not match (`mismatch`; rank -1: their blocks), or
-    a peer sent the call to MPI, where every rank must follow (`passed`)."""
-
-    MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
-    PASSED = ERR_PASSED      # ... and of a call a peer sent to MPI
-
-    def __init__(self, code, rank, what):
-        super().__init__(code, rank, what)
-        self.code = code
-        self.timed_out = code == ERR_TIMEOUT
-        self.mismatch = code == ERR_MISMATCH
-        self.passed = code == ERR_PASSED
-        self.rank = rank
-        self.what = what

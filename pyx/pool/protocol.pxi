@@ -193,19 +193,23 @@ cdef inline void will_read(state_t *st, const void *addr, size_t n) noexcept nog
 
 cdef bint peer_gone(state_t *st, cxl_ctrl *line, uint64_t *seen,
                     double *since) noexcept nogil:
-    """Whether the peer of control line `line` is gone.  On this host (in
-    this pid namespace) its pid says so.  Elsewhere a pid means nothing:
-    its heartbeat (cxl_beat.h) does, judged by this process's monotonic
-    clock: gone once the counter has stood still for its lease
-    (CXLMPI_LEASE_BEATS of its periods), which a peer that is merely late
-    -- busy, descheduled, in a long GIL-holding call -- never reaches (its
-    beat thread needs neither).  A peer that does not beat cannot be
-    judged: it is waited for, up to the timeout.  `seen`, `since`: the
-    count last seen and when (0: not yet looked)."""
+    """Whether the peer of control line `line` is gone.  In this pid
+    namespace its pid says so; on this kernel, its lock (liveness.pxi: a
+    stopped peer is not gone).  On another host its heartbeat (cxl_beat.h),
+    judged by this process's monotonic clock: gone once the counter has
+    stood still for its lease (CXLMPI_LEASE_BEATS of its periods; how long:
+    st.still_s), which a peer that is merely late -- busy, descheduled, in
+    a long GIL-holding call -- never reaches (its beat thread needs
+    neither).  A peer that does not beat is waited for, up to the timeout.
+    `seen`, `since`: the count last seen and when (0: not yet looked)."""
     cdef uint64_t beat, period
     cdef double now
+    cdef int by_lock
     if line.host == host_id:
         return cxl_pid_gone(line.pid)
+    by_lock = lock_gone(st, line)
+    if by_lock >= 0:
+        return by_lock
     if st.sw:
         cxl_flush_meta(&line.beat, 16, 1)
     beat = cxl_load_acquire(&line.beat)
@@ -217,7 +221,11 @@ cdef bint peer_gone(state_t *st, cxl_ctrl *line, uint64_t *seen,
         seen[0] = beat
         since[0] = now
         return False
-    return cxl_beat_expired(since[0], now, period, lease_beats)
+    if not cxl_beat_expired(since[0], now, period, lease_beats):
+        return False
+    st.still_s = now - since[0]
+    st.lease_s = <double>period * 1e-9 * <double>lease_beats
+    return True
 
 
 cdef inline void will_lend(state_t *st, const void *addr, size_t n) noexcept nogil:
@@ -359,6 +367,10 @@ cdef int wait_all(state_t *st) noexcept nogil:
                 else:
                     due = cxl_backoff(&w)
             if due:
+                if revoked(st):
+                    st.failed_rank = st.rank
+                    st.failed_code = rc = ERR_REVOKED
+                    break
                 if peer_gone(st, line, &beat_seen, &beat_since):
                     st.failed_rank = q
                     st.failed_code = rc = ERR_PEER_GONE
@@ -371,6 +383,10 @@ cdef int wait_all(state_t *st) noexcept nogil:
             cxl_store32(&mine.asleep, 0)
         if rc != OK:
             return rc
+    if revoked(st):
+        st.failed_rank = st.rank
+        st.failed_code = ERR_REVOKED
+        return ERR_REVOKED
     if first:
         return check_signatures(st)
     return OK

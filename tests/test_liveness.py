@@ -1,0 +1,62 @@
+"""A rank that only stands still is not dead where the kernel can tell
+(cxlmpi.liveness, pyx/pool/liveness.pxi): whole MPI jobs whose rank 1 is
+stopped (SIGSTOP, as docker pause or a debugger would) for many times its
+lease while rank 0 waits for it in the pool (tests/scripts/paused_peer.py).
+The partition table's side (claimers) is in tests/test_backends.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+from harness import launch_mpi
+
+from cxlmpi import liveness
+
+PAUSED = "tests/scripts/paused_peer.py"
+TIMEOUT = 120                                           # s: kill a job still running after
+LEASE = {"CXLMPI_HEARTBEAT": "0.05", "CXLMPI_LEASE_BEATS": "5"}   # 0.25 s; paused 2 s
+# (MPI itself across pid namespaces: TCP, no cross-memory attach)
+APART = {"UCX_TLS": "tcp,self", "MPIR_CVAR_CH4_CMA_ENABLE": "0"}
+
+
+def _result(stdout: str) -> dict:
+    [line] = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_a_paused_rank_in_another_pid_namespace_is_waited_for() -> None:
+    """Rank 1 in a pid namespace of its own, stopped for eight leases in
+    the middle of a pool Allreduce: rank 0 waits, as with stock MPI, and
+    both get stock MPI's result (before: "rank 1 died in the middle of the
+    collective", judged by the still heartbeat)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1)")
+    if os.environ.get("CXLMPI_TEST_OPENMPI"):
+        pytest.skip("MPICH's launcher syntax and settings")
+    job = launch_mpi(1, [PAUSED, "namespace", ":", "-n", "1", "unshare", "--pid", "--fork",
+                         "--mount-proc", "sh", "-c",
+                         f"{sys.executable} {PAUSED} namespace; exit"],
+                     env={"CXLMPI_TUNING": "pool", **LEASE, **APART}, timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    result = _result(job.stdout)
+    here, there = result["hosts"]          # the premise: one kernel, two pid namespaces
+    assert here != there and liveness.same_kernel(here, there), result
+    assert result == {**result, "ok": [True, True], "errors": [None, None]}, result
+
+
+def test_a_paused_rank_on_another_host_is_named_with_its_lease() -> None:
+    """Rank 1 as if on another host (only its heartbeat can be judged),
+    stopped past its lease: rank 0 stops with an error that says how long
+    it stood still, its lease, and which setting to raise (before: only
+    "rank 1 died")."""
+    job = launch_mpi(2, [PAUSED, "other-host"], env={"CXLMPI_TUNING": "pool", **LEASE},
+                     timeout=TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    error = _result(job.stdout)["errors"][0]
+    assert error is not None and error.startswith("CXLMPIPeerError"), error
+    assert "rank 1 runs on another host" in error and "stood still for" in error, error
+    assert "lease of 0.25 s" in error and "raise CXLMPI_LEASE_BEATS" in error, error
