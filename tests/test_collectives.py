@@ -36,6 +36,13 @@ def test_collectives_default_pool(nranks: int) -> None:
             env={"CXLMPI_TIMEOUT": "60", "CXLMPI_OBJECTS": "1"})
 
 
+def test_collectives_without_ordering() -> None:
+    """The family bodies with CXLMPI_ORDERING=0: no MPI barrier ends the
+    pool collectives, and Barrier goes through the pool."""
+    run_mpi(2, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *FAMILIES],
+            env=dict(SMALL_POOL_ENV, CXLMPI_ORDERING="0"))
+
+
 EMULATE_ENV = dict(SMALL_POOL_ENV, CXLMPI_COHERENCE="emulate", CXLMPI_EXPECT_FLUSH="1")
 
 
