@@ -30,7 +30,7 @@ import fcntl
 import hashlib
 import os
 import secrets
-import socket
+import stat
 import struct
 import time
 from pathlib import Path
@@ -58,9 +58,12 @@ def _host_id() -> int:
     its locks."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        kernel = int.from_bytes(hashlib.blake2b(boot.encode(), digest_size=4).digest(),
+                                "little")
     except OSError:
-        boot = socket.gethostname()
-    kernel = int.from_bytes(hashlib.blake2b(boot.encode(), digest_size=4).digest(), "little")
+        # (not the host name: two hosts of one name would trust locks they
+        # cannot see) this process's alone: peers judge it by heartbeat
+        kernel = secrets.randbits(32)
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino & 0xFFFFFFFF
         if os.readlink("/proc/self") != str(os.getpid()):
@@ -135,13 +138,19 @@ def drop(fd: int, at: int) -> None:
 def lock_verdict(fd: int, at: int) -> str:
     """ALIVE when some other open file description of the file open as `fd`
     (another process's, on this kernel) locks byte `at`, DEAD when none
-    does, UNKNOWN when the kernel cannot say."""
+    does, UNKNOWN when the kernel cannot say -- and when none does but the
+    file is a device: each of its nodes is an inode of its own (containers
+    given a devdax device by `--device` each have their own node), and a
+    lock taken through another node is not seen through this one."""
     probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, at, 1, 0)
     try:
         kind = struct.unpack(_FLOCK, fcntl.fcntl(fd, F_OFD_GETLK, probe))[0]
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError:
         return UNKNOWN
-    return DEAD if kind == fcntl.F_UNLCK else ALIVE
+    if kind != fcntl.F_UNLCK:
+        return ALIVE
+    return DEAD if regular else UNKNOWN
 
 
 def verdict(host: int, pid: int, start: int, lock: tuple[int, int], watch: Watch,

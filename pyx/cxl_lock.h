@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifndef F_OFD_GETLK
 #define F_OFD_GETLK 36
@@ -53,6 +54,18 @@ static inline int cxl_ofd_held(int fd, uint64_t at)
     struct flock fl;
     if (fd < 0 || cxl_ofd_lock(fd, at, F_WRLCK, F_OFD_GETLK, &fl) != 0) return -1;
     return fl.l_type != F_UNLCK;
+}
+
+/* Whether a free byte of `fd`'s file means its owner is gone: only where
+ * every process reaches the memory through this very file (a regular file:
+ * a pool file, bind-mounted or not, or a shm segment).  A device is another
+ * inode behind each of its nodes -- containers given /dev/dax0.0 by
+ * `--device` each have their own -- and a lock taken through one node is
+ * not seen through another: a live owner would look gone. */
+static inline int cxl_ofd_free_means_gone(int fd)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 #endif /* CXL_LOCK_H */

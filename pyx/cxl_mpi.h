@@ -133,6 +133,20 @@ static int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
     return 0;
 }
 
+/* A rank whose pool collective failed (a timeout, a peer judged gone)
+ * while peers may have finished it: post the MPI_Ibarrier they wait for at
+ * its end, and never wait for it (the communicator is not used again), so
+ * that a peer that merely stood still is not left waiting out its own
+ * timeout.  0 or an MPI error. */
+static inline int cxl_mpi_order_abandon(cxl_h c)
+{
+    int ireq = 0;
+    void *preq = NULL;
+    return cxl_mpi_int
+        ? ((int (*)(int, int *))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_I(c), &ireq)
+        : ((int (*)(void *, void **))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_P(c), &preq);
+}
+
 static inline int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)
 {
     return CXL_MPI_CALL(CXL_MPI_BCAST, (void *, int, int, int, int),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 
 import pytest
@@ -60,3 +61,34 @@ def test_a_paused_rank_on_another_host_is_named_with_its_lease() -> None:
     assert error is not None and error.startswith("CXLMPIPeerError"), error
     assert "rank 1 runs on another host" in error and "stood still for" in error, error
     assert "lease of 0.25 s" in error and "raise CXLMPI_LEASE_BEATS" in error, error
+
+
+def test_a_free_lock_of_a_device_proves_nothing(tmp_path) -> None:
+    """A lock held through one node of a device is not seen through another
+    node of it (each node is an inode of its own; containers given a devdax
+    device by ``--device`` each have theirs): there a free lock is no
+    verdict (the heartbeat decides), where on a regular file it is one.
+    Before, a live owner seen through another node was "dead", and its
+    partition handed to the next job."""
+    other_node = tmp_path / "zero"
+    try:
+        os.mknod(other_node, 0o600 | stat.S_IFCHR, os.makedev(1, 5))   # /dev/zero again
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    regular = tmp_path / "pool"
+    regular.write_bytes(b"\0" * 4096)
+    for owner_path, observer_path, free_says in ((regular, regular, liveness.DEAD),
+                                                  ("/dev/zero", other_node, liveness.UNKNOWN)):
+        owner = os.open(owner_path, os.O_RDWR)
+        observer = os.open(observer_path, os.O_RDWR)
+        try:
+            liveness.hold(owner, 64)
+            seen_held = liveness.lock_verdict(observer, 64)
+            liveness.drop(owner, 64)
+            seen_free = liveness.lock_verdict(observer, 64)
+        finally:
+            os.close(owner)
+            os.close(observer)
+        if owner_path == observer_path:
+            assert seen_held == liveness.ALIVE
+        assert seen_free == free_says, (owner_path, observer_path, seen_free)

@@ -149,8 +149,10 @@ ctypedef struct state_t:
     # liveness (pool/liveness.pxi): the backing file as this rank's own open
     # file description (-1: none), where the mapping starts in it, the
     # partition's token (0: a shm pool), and after ERR_PEER_GONE judged by
-    # heartbeat how long the peer stood still and its lease (else 0)
+    # heartbeat how long the peer stood still and its lease (else 0);
+    # lock_sure: a free lock means its owner is gone (a regular file)
     int lock_fd
+    int lock_sure
     size_t file_offset
     uint64_t token
     double still_s

@@ -17,6 +17,7 @@ cdef extern from "cxl_lock.h" nogil:
     int cxl_ofd_hold(int fd, uint64_t at)
     void cxl_ofd_drop(int fd, uint64_t at)
     int cxl_ofd_held(int fd, uint64_t at)
+    int cxl_ofd_free_means_gone(int fd)
 
 
 cdef inline uint64_t lock_at(state_t *st, const cxl_ctrl *line) noexcept nogil:
@@ -28,13 +29,16 @@ cdef inline uint64_t lock_at(state_t *st, const cxl_ctrl *line) noexcept nogil:
 cdef inline int lock_gone(state_t *st, const cxl_ctrl *line) noexcept nogil:
     """1: the peer of `line` runs on this kernel and holds its lock no more
     (it let go of the pool, or is gone); 0: it holds it (alive, perhaps
-    stopped); -1: the kernel cannot tell (another kernel's peer, or a file
-    without locks)."""
+    stopped); -1: the kernel cannot tell (another kernel's peer, a file
+    without locks, or a device, which the peer may reach through a node
+    of its own: cxl_ofd_free_means_gone)."""
     cdef int held
     if line.host >> 32 != host_id >> 32 or st.lock_fd < 0:
         return -1
     held = cxl_ofd_held(st.lock_fd, lock_at(st, line))
-    return -1 if held < 0 else held == 0
+    if held < 0 or (held == 0 and not st.lock_sure):
+        return -1
+    return held == 0
 
 
 cdef inline bint revoked(state_t *st) noexcept nogil:
@@ -53,6 +57,7 @@ cdef int hold_line(state_t *st, int fd) noexcept nogil:
     """Lock this rank's byte through `fd` (its own open file description of
     the backing file, kept until the pool is let go of): 0 or an errno."""
     st.lock_fd = fd
+    st.lock_sure = cxl_ofd_free_means_gone(fd)
     return cxl_ofd_hold(fd, lock_at(st, ctrl(st, st.rank)))
 
 
@@ -65,6 +70,7 @@ cdef int setup_liveness(state_t *st, int fd, size_t file_offset, uint64_t token)
     st.token = token
     st.still_s = st.lease_s = 0
     st.lock_fd = fd
+    st.lock_sure = cxl_ofd_free_means_gone(fd)
     return cxl_ofd_hold(fd, lock_at(st, ctrl(st, st.rank))) if fd >= 0 else 0
 
 

@@ -22,6 +22,7 @@ cdef extern from "cxl_mpi.h" nogil:
     cxl_h cxl_mpi_read(const void *where)
     int cxl_mpi_barrier(cxl_h c)
     int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
+    int cxl_mpi_order_abandon(cxl_h c)
     int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)
     int cxl_mpi_reduce(int which, const void *s, void *r, int n, cxl_h t, cxl_h op, int root,
                        cxl_h c)

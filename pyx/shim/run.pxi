@@ -216,8 +216,14 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
     return state, agreed, code, whole, mine, eligible
 
 
-cdef inline object run_failed(object comm, object exc):
-    return _fail(comm, _states.get(comm.handle), exc)
+cdef object run_failed(object comm, object exc):
+    """The error the user sees for a pool failure `exc`; where a peer may
+    have finished the collective (a timeout, a peer judged gone), the MPI
+    barrier it waits for at the end is posted first (`abandon_order`)."""
+    state = _states.get(comm.handle)
+    if not exc.mismatch:
+        abandon_order(state)
+    return _fail(comm, state, exc)
 
 
 cdef int run(object comm, int which, int code, object stock, tuple stock_args,
@@ -280,6 +286,21 @@ cdef int order(object comm, int which) except -1:
         what = COLLECTIVES[which] if which >= 0 else "an object collective"
         raise _order_failed(comm, state, what)
     return 0
+
+
+cdef void abandon_order(object state) noexcept:
+    """Post the MPI barrier that ends a pool collective without waiting for
+    it (see `order`): a rank that failed in the pool (a timeout, a peer
+    judged gone) while its peers finished lets them finish, instead of
+    leaving them to wait out CXLMPI_TIMEOUT.  The communicator's pool is
+    closed after this: nothing else is posted on it."""
+    if state is None or state.order is None or not found or not state.order_at:
+        return
+    cdef uintptr_t at = state.order_at
+    cdef cxl_h h = cxl_mpi_read(<const void *>at)
+    if h != 0 and h != COMM_NULL_H:
+        with nogil:
+            cxl_mpi_order_abandon(h)
 
 
 def order_calls(comm):
