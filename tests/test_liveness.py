@@ -18,6 +18,7 @@ from harness import launch_mpi
 from cxlmpi import liveness
 
 PAUSED = "tests/scripts/paused_peer.py"
+HANDED_OVER = "tests/scripts/handed_over.py"
 TIMEOUT = 120                                           # s: kill a job still running after
 LEASE = {"CXLMPI_HEARTBEAT": "0.05", "CXLMPI_LEASE_BEATS": "5"}   # 0.25 s; paused 2 s
 # (MPI itself across pid namespaces: TCP, no cross-memory attach)
@@ -92,3 +93,27 @@ def test_a_free_lock_of_a_device_proves_nothing(tmp_path) -> None:
         if owner_path == observer_path:
             assert seen_held == liveness.ALIVE
         assert seen_free == free_says, (owner_path, observer_path, seen_free)
+def test_a_partition_handed_to_another_job_stops_its_old_job(tmp_path) -> None:
+    """A partition freed and written by another job under a running job
+    (a claimer on another host, after the job stood still past its lease):
+    each rank's next pool call raises an error that says so and which
+    setting to raise, before it writes anything, and its calls sent to MPI
+    write nothing there either: the other job's bytes stay intact, and the
+    job ends cleanly (before: 0x42... read as doubles; a pass-through call
+    stored its count in the other job's memory; every rank died of SIGSEGV
+    at exit, its heartbeat thread flushing the unmapped partition)."""
+    pool = tmp_path / "pool"
+    with open(pool, "wb") as f:
+        f.truncate(64 << 20)
+    pool.chmod(0o600)
+    job = launch_mpi(2, ["-m", "mpi4py", HANDED_OVER], timeout=TIMEOUT,
+                     env={"CXLMPI_TUNING": "pool", "CXLMPI_POOL": f"file:{pool}",
+                          "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "0",
+                          "CXLMPI_TIMEOUT": "60"})
+    assert job.returncode == 0, job.describe()
+    result = _result(job.stdout)
+    assert result["intact"], result
+    assert result["small"] == [True, True] and result["untouched"] == [True, True], result
+    for error in result["errors"]:
+        assert error is not None and error.startswith("CXLMPIPoolError"), result
+        assert "handed to another job" in error and "CXLMPI_LEASE_BEATS" in error, error

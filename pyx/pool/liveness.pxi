@@ -53,6 +53,20 @@ cdef inline bint revoked(state_t *st) noexcept nogil:
     return cxl_load_acquire(&h.token) != st.token
 
 
+cdef void leave_line(state_t *st) noexcept nogil:
+    """This rank lets go of the pool: its line's heartbeat stops first,
+    always (the mapping goes next: the beat thread must not touch it, nor
+    flush the token it watches -- a revoked pool's line still registered
+    crashed the process at exit with SIGSEGV), and the line says the rank
+    left unless the memory is another job's now (nothing is written there)."""
+    cdef cxl_ctrl *line = ctrl(st, st.rank)
+    cxl_beat_remove(&line.beat)
+    if revoked(st):
+        return
+    line.attached = 0
+    cxl_flush_meta(line, CTRL_NBYTES, 0)
+
+
 cdef int hold_line(state_t *st, int fd) noexcept nogil:
     """Lock this rank's byte through `fd` (its own open file description of
     the backing file, kept until the pool is let go of): 0 or an errno."""

@@ -105,16 +105,12 @@ cdef class Pool:
         control line and removes the name; a forked child, and a process
         detached at exit (arrays may still be used), keep the mapping until
         they exit and touch nothing shared."""
-        cdef cxl_ctrl *line
         cdef char *shared
         cdef bint mine = self.pid == this_pid
         self.locator = None
         if self.st.base != NULL:
-            if mine and not self.detached and self.st.size > 0 and not revoked(&self.st):
-                line = ctrl(&self.st, self.st.rank)  # this rank is gone
-                cxl_beat_remove(&line.beat)
-                line.attached = 0
-                cxl_flush_meta(line, CTRL_NBYTES, 0)
+            if mine and not self.detached and self.st.size > 0:
+                leave_line(&self.st)  # this rank is gone
             if mine and not self.detached:
                 shared = cxl_emu_detach(self.st.base) if self.emulated else NULL
                 munmap(self.st.base if shared == NULL else shared, self.nbytes)
@@ -491,13 +487,9 @@ cdef class Pool:
         if self.live == 0:
             self._finish_close()
             return
-        cdef cxl_ctrl *line
         if self.pid == this_pid and not self.detached and self.st.base != NULL \
-                and self.st.size > 0 and not revoked(&self.st):
-            line = ctrl(&self.st, self.st.rank)
-            cxl_beat_remove(&line.beat)
-            line.attached = 0
-            cxl_flush_meta(line, CTRL_NBYTES, 0)
+                and self.st.size > 0:
+            leave_line(&self.st)
         self.detached = True
         release, self.release = self.release, None
         if release is not None and self.pid == this_pid:
