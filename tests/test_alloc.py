@@ -5,13 +5,14 @@ give stock MPI's results."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 
 import pytest
-from harness import EXAMPLES, ROOT, mpi_env, mpiexec, run_mpi
+from harness import EXAMPLES, ROOT, launch_mpi, mpi_env, mpiexec, run_mpi
 
 SCRIPT = "tests/scripts/alloc_hook.py"
 ENV = {"CXLMPI_ZEROCOPY_THRESHOLD": "64K", "CXLMPI_ARENA_SIZE": "64M",
@@ -159,6 +160,26 @@ def test_a_kept_pool_makes_room_for_a_new_one() -> None:
     [line] = [x for x in out.stdout.splitlines() if x.startswith("SPARE ")]
     assert json.loads(line[len("SPARE "):]) == {"ok": True, "pool": 2}, line
     assert "cxlmpi: warning" not in out.stderr, out.stderr[-4000:]
+
+
+def test_a_short_group_pool_beside_a_group_of_one_goes_to_mpi() -> None:
+    """3 ranks in 2 pool groups ([0, 1] with the node heap, [2] a group of
+    one without), and a pool larger than /dev/shm (the kernel refuses it at
+    once): every rank reaches the same verdict, MPI alone, and the
+    Allreduces equal stock's.  Before, only the group that had asked for
+    arenas of its own retried without them, its retry's collectives paired
+    with the others' different ones, and rank 2 waited in Split for ever."""
+    fs = os.statvfs("/dev/shm")
+    if fs.f_blocks == 0:
+        pytest.skip("/dev/shm has no size limit here")
+    beyond = (fs.f_blocks * fs.f_frsize >> 30) + 2
+    job = launch_mpi(3, ["tests/scripts/groups_short.py"], env={
+        "CXLMPI_POOL_GROUPS": "2", "CXLMPI_POOL_SIZE": f"{beyond}G",
+        "CXLMPI_ARENA_SIZE": "8M", "CXLMPI_TUNING": "pool", "CXLMPI_TIMEOUT": "30"},
+        timeout=90)
+    assert job.returncode == 0, job.describe()
+    [line] = [x for x in job.stdout.splitlines() if x.startswith("GROUPS ")]
+    assert json.loads(line[len("GROUPS "):]) == {"ok": True, "pool": 0, "mpi": 3}, line
 
 
 @pytest.mark.parametrize("tuning", ["adaptive", "pool"])
