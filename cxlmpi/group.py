@@ -147,12 +147,21 @@ def _flat_or_group_pool(comm: MPI.Intracomm, group: MPI.Intracomm, spec: backend
     halves on its first call that moves data (Pool.create `lazy`): one
     whose calls all go to MPI costs a few pages.  (A hierarchy's group
     pools reserve them at once: a call cannot leave for MPI half way.)"""
-    arenas = heap is None and not _heap_short
+    # (the group's ranks share `heap` or none; _heap_short is this
+    # process's, and a rank whose earlier communicators differ may hold
+    # another: agreed in the group, so that all map one layout)
+    short = any(agree.allgather(group, _heap_short))
+    arenas = heap is None and not short
     try:
         return _make_pool(comm, group, spec, cfg, spin, hosts, arenas=arenas, lazy=flat)
     except CXLMPIPoolError as exc:
-        # (the same error on every rank: all retry alike)
-        if not (arenas and cfg.arena_size > 0 and NO_SPACE in str(exc)):
+        # The error is the same on every rank; whether arenas were asked
+        # for is not (one group shares a heap, a group of one has none):
+        # agreed over `comm`, since the retry is collective over it -- a
+        # group that retried alone ran its collectives against the others'
+        # (they paired up wrongly, and a rank waited in Split for ever).
+        mine = arenas and cfg.arena_size > 0 and group.Get_size() > 1
+        if not (NO_SPACE in str(exc) and any(agree.allgather(comm, mine))):
             raise
     return _make_pool(comm, group, spec, cfg, spin, hosts, arenas=False, lazy=flat)
 

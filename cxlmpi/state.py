@@ -110,10 +110,12 @@ SPARES = 4
 
 def _spare(state: _State) -> None:
     """Keep the state of a communicator being freed for a later one (a
-    healthy pool of one host), or let go of it."""
+    healthy pool of one host), or let go of it -- of one whose data halves
+    could not be had, too (its calls would all go to MPI; a new pool asks
+    for the memory again)."""
     pool = state.pool
     if state.key is None or state.error is not None or not isinstance(pool, Pool) \
-            or pool.identity is None:
+            or pool.identity is None or pool.short:
         state.free()
         return
     remember(state)

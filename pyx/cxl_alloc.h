@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #define CXL_ALLOC_OK 0
@@ -143,6 +144,55 @@ static inline int cxl_arena_owns(const cxl_arena *a, const void *p)
     return a->nbytes && c >= a->base + a->lo && c < a->base + a->lo + a->nbytes;
 }
 
+/* fallocate(fd, 0, offset, nbytes) (retried on EINTR), refused at once
+ * (-1, errno ENOSPC) where it cannot succeed on a tmpfs: there fallocate
+ * allocates and zeroes page after page until the filesystem is full, and
+ * only then gives them back -- long, and meanwhile every other process
+ * writing to /dev/shm gets ENOSPC or SIGBUS.  Refused when the free blocks
+ * cannot hold the range's holes (pages already there need none: a rank
+ * after the first finds a shared range reserved).  The free blocks are read
+ * before the holes: a peer reserving the same range meanwhile takes as
+ * much from both, so a range that fits is never refused.  Counted in
+ * cxl_reserve_refused (per extension). */
+#define CXL_TMPFS_MAGIC 0x01021994
+static uint64_t cxl_reserve_refused = 0;
+
+static int cxl_no_room(int fd, off_t offset, off_t nbytes)
+{
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || fs.f_type != CXL_TMPFS_MAGIC || fs.f_blocks == 0)
+        return 0;               /* not a tmpfs, or one without a size limit */
+    uint64_t avail = (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize;
+    if (avail >= (uint64_t)nbytes) return 0;
+    uint64_t holes = 0;
+    off_t at = offset, end = offset + nbytes;
+    while (at < end) {
+        off_t hole = lseek(fd, at, SEEK_HOLE);
+        if (hole < 0) return 0;  /* cannot tell: fallocate decides */
+        if (hole >= end) break;
+        off_t data = lseek(fd, hole, SEEK_DATA);
+        if (data < 0 || data > end) data = end;   /* (ENXIO: a hole to the end) */
+        holes += (uint64_t)(data - hole);
+        at = data;
+    }
+    if (holes <= avail) return 0;
+    __atomic_add_fetch(&cxl_reserve_refused, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static int cxl_fallocate(int fd, off_t offset, off_t nbytes)
+{
+    if (cxl_no_room(fd, offset, nbytes)) {
+        errno = ENOSPC;
+        return -1;
+    }
+    int rc;
+    do {
+        rc = fallocate(fd, 0, offset, nbytes);
+    } while (rc != 0 && errno == EINTR);
+    return rc;
+}
+
 /* Back [off, end) with memory of the file (under the lock), and zero it
  * if the arena wipes.  0: done (or nothing to do: no file, or one that
  * allocates no pages, like devdax).  Only [max(off, reserved), end) is
@@ -153,12 +203,8 @@ static int cxl_arena_reserve(cxl_arena *a, size_t off, size_t end)
     if (a->no_space) return -1;
     size_t from = off <= a->reserved ? a->reserved : off;
     if (a->fd >= 0) {
-        int rc;
-        do {
-            rc = fallocate(a->fd, 0, (off_t)(a->fd_offset + (int64_t)from),
-                           (off_t)(end - from));
-        } while (rc != 0 && errno == EINTR);
-        if (rc != 0) {
+        if (cxl_fallocate(a->fd, (off_t)(a->fd_offset + (int64_t)from),
+                          (off_t)(end - from)) != 0) {
             if (errno == EOPNOTSUPP || errno == ENODEV || errno == ENOSYS
                     || errno == ESPIPE) {
                 a->fd = -1;         /* memory that needs no reserving */

@@ -5,13 +5,14 @@ give stock MPI's results."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 
 import pytest
-from harness import EXAMPLES, ROOT, mpi_env, mpiexec, run_mpi
+from harness import EXAMPLES, ROOT, launch_mpi, mpi_env, mpiexec, run_mpi
 
 SCRIPT = "tests/scripts/alloc_hook.py"
 ENV = {"CXLMPI_ZEROCOPY_THRESHOLD": "64K", "CXLMPI_ARENA_SIZE": "64M",
@@ -89,11 +90,12 @@ def test_forked_child_never_touches_the_parent_pool(pool: str, tmp_path) -> None
 
 
 def _small_shm_job(env: dict[str, str], args: list[str] | None = None,
-                   runner: tuple[str, ...] = ("-m", "cxlmpi", "--alloc")
-                   ) -> subprocess.CompletedProcess:
+                   runner: tuple[str, ...] = ("-m", "cxlmpi", "--alloc"),
+                   before: str = "") -> subprocess.CompletedProcess:
     """The job of `python -m cxlmpi --alloc` (`runner`) with `args` (default
     tests/scripts/small_shm.py) on 2 ranks in a private mount namespace
-    whose /dev/shm is a 64 MiB tmpfs (Docker's default)."""
+    whose /dev/shm is a 64 MiB tmpfs (Docker's default), after the shell
+    commands `before` (run there)."""
     if shutil.which("unshare") is None:
         pytest.skip("no unshare")
     probe = subprocess.run(["unshare", "-m", "sh", "-c",
@@ -104,7 +106,8 @@ def _small_shm_job(env: dict[str, str], args: list[str] | None = None,
     cmd = " ".join(shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, *runner,
                                             *(args or ["tests/scripts/small_shm.py"])])
     return subprocess.run(
-        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {cmd}"],
+        ["unshare", "-m", "sh", "-c",
+         f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {before or 'true'} && {cmd}"],
         cwd=ROOT, env=mpi_env(env), capture_output=True, text=True, timeout=240)
 
 
@@ -159,6 +162,47 @@ def test_a_kept_pool_makes_room_for_a_new_one() -> None:
     [line] = [x for x in out.stdout.splitlines() if x.startswith("SPARE ")]
     assert json.loads(line[len("SPARE "):]) == {"ok": True, "pool": 2}, line
     assert "cxlmpi: warning" not in out.stderr, out.stderr[-4000:]
+
+
+def test_a_short_pool_goes_to_mpi_without_asking_again() -> None:
+    """A 32 MiB pool on a 64 MiB /dev/shm that a 40 MiB file fills: its
+    data halves cannot be had.  Each rank tries to reserve them once (at
+    the first call; no spares to let go), refused before fallocate runs, so
+    /dev/shm never fills up; the 40 Allreduces and Bcasts go to MPI and
+    equal stock's.  Before, every call ran the ready step again, and its
+    fallocate filled the tmpfs page by page before giving up (~100 ms a
+    call, other processes' writes to /dev/shm failing meanwhile)."""
+    out = _small_shm_job({"CXLMPI_POOL_SIZE": "32M", "CXLMPI_ARENA_SIZE": "0",
+                          "CXLMPI_TUNING": "pool", "CXLMPI_TIMEOUT": "60"},
+                         ["tests/scripts/short_retry.py"], runner=(),
+                         before="dd if=/dev/zero of=/dev/shm/filler bs=1M count=40 "
+                                "status=none")
+    assert out.returncode == 0, out.stderr[-4000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("SHORT ")]
+    found = json.loads(line[len("SHORT "):])
+    assert found == [{"ok": True, "ready_steps": 1, "refused": 1, "pool": 0}] * 2, found
+    warnings = [x for x in out.stderr.splitlines() if x.startswith("cxlmpi: warning")]
+    assert len(warnings) == 2 and all("shared memory" in w for w in warnings), warnings
+
+
+def test_a_short_group_pool_beside_a_group_of_one_goes_to_mpi() -> None:
+    """3 ranks in 2 pool groups ([0, 1] with the node heap, [2] a group of
+    one without), and a pool larger than /dev/shm (the kernel refuses it at
+    once): every rank reaches the same verdict, MPI alone, and the
+    Allreduces equal stock's.  Before, only the group that had asked for
+    arenas of its own retried without them, its retry's collectives paired
+    with the others' different ones, and rank 2 waited in Split for ever."""
+    fs = os.statvfs("/dev/shm")
+    if fs.f_blocks == 0:
+        pytest.skip("/dev/shm has no size limit here")
+    beyond = (fs.f_blocks * fs.f_frsize >> 30) + 2
+    job = launch_mpi(3, ["tests/scripts/groups_short.py"], env={
+        "CXLMPI_POOL_GROUPS": "2", "CXLMPI_POOL_SIZE": f"{beyond}G",
+        "CXLMPI_ARENA_SIZE": "8M", "CXLMPI_TUNING": "pool", "CXLMPI_TIMEOUT": "30"},
+        timeout=90)
+    assert job.returncode == 0, job.describe()
+    [line] = [x for x in job.stdout.splitlines() if x.startswith("GROUPS ")]
+    assert json.loads(line[len("GROUPS "):]) == {"ok": True, "pool": 0, "mpi": 3}, line
 
 
 @pytest.mark.parametrize("tuning", ["adaptive", "pool"])

@@ -79,6 +79,7 @@ cdef class Pool:
     cdef readonly bint emulated  # seen through cxl_emulate.h (CXLMPI_COHERENCE=emulate)
     cdef Pool heap_pool          # the node heap this pool shares (None: its own arenas)
     cdef size_t lazy_nbytes      # data halves not reserved yet (0: they are; `_ready`)
+    cdef readonly bint short     # ... and cannot be (agreed): its calls go to MPI
 
     def __cinit__(self):
         self.st.base = NULL
@@ -698,23 +699,21 @@ cdef class Pool:
 
     cdef _ready(self, str what):
         """(after a call's `_expect`: first data through a lazily reserved
-        pool) `ready_step`: the data halves reserved on every rank, or
-        PoolFailure `passed` on every rank, with one warning (all go to MPI)."""
+        pool) `ready_halves`: the data halves reserved on every rank, or
+        PoolFailure `passed` on every rank, with one warning (all go to MPI)
+        -- and the pool `short` on every rank (the verdict is agreed): its
+        later calls go to MPI with no step, never reserving again."""
         if not self.lazy_nbytes:
             return
-        cdef bint reserved = False, again = False
-        cdef int rc
-        with nogil:
-            rc = ready_step(&self.st, self.fd, self.file_offset, self.lazy_nbytes, &reserved)
-        if rc == OK and not reserved:
-            rc = let_go_and_agree(&self.st, &again)
-        if rc == OK and again:
-            with nogil:
-                rc = ready_step(&self.st, self.fd, self.file_offset, self.lazy_nbytes,
-                                &reserved)
+        if self.short:
+            raise PoolFailure(ERR_PASSED, -1, what)
+        cdef bint reserved = False
+        cdef int rc = ready_halves(&self.st, self.fd, self.file_offset, self.lazy_nbytes,
+                                   &reserved)
         if rc != OK:
             self._raise(rc, what)
         if not reserved:
+            self.short = True
             cxl_no_space(READY_WHAT, self.lazy_nbytes)
             raise PoolFailure(ERR_PASSED, -1, what)
         with nogil:

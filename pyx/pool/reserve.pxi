@@ -35,8 +35,9 @@ cdef extern from *:
 
 cdef extern from "cxl_alloc.h" nogil:
     # what the pool itself uses of the header's includes (fallocate, errno)
-    int fallocate(int fd, int mode, off_t offset, off_t length)
-    int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE, EINTR
+    int cxl_fallocate(int fd, off_t offset, off_t length)
+    uint64_t cxl_reserve_refused
+    int EOPNOTSUPP, ENODEV, ENOSYS, ESPIPE
 
 
 class PoolNoSpace(MemoryError):
@@ -45,8 +46,8 @@ class PoolNoSpace(MemoryError):
 
 cdef const char *ARENA_WHAT = (b"pool-resident arrays (cxlmpi.empty & co. return private "
                                b"arrays now)")
-cdef const char *READY_WHAT = (b"a communicator's pool (its calls go to MPI until the "
-                               b"memory is there)")
+cdef const char *READY_WHAT = (b"a communicator's pool (its calls go to MPI; a new "
+                               b"communicator asks again)")
 
 
 def warn_no_space(str what, size_t nbytes):
@@ -68,10 +69,9 @@ cdef str shortage(int err):
 
 cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
     """Back [offset, offset + nbytes) of `fd` with memory now; 0, or the
-    errno (0 too where the file cannot reserve: devdax needs no reserving)."""
-    cdef int rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
-    while rc != 0 and errno == EINTR:
-        rc = fallocate(fd, 0, <off_t>offset, <off_t>nbytes)
+    errno (0 too where the file cannot reserve: devdax needs no reserving;
+    ENOSPC at once where a tmpfs has not the room: cxl_fallocate)."""
+    cdef int rc = cxl_fallocate(fd, <off_t>offset, <off_t>nbytes)
     if rc == 0 or errno == EOPNOTSUPP or errno == ENODEV or errno == ENOSYS \
             or errno == ESPIPE:
         return 0
@@ -119,6 +119,8 @@ cdef int ready_step(state_t *st, int fd, size_t offset, size_t nbytes,
     or all go to MPI.  The call's signature rides on it (the caller set it):
     a peer that sent the call to MPI, or calls that do not match, stop it
     as they would the call's own first step.  OK, or the step's error."""
+    global ready_steps
+    ready_steps += 1
     cdef int err = reserve_file(fd, offset + st.slot_offset, nbytes)
     cdef uint64_t agreed = 0
     cdef uint64_t extra[2]
@@ -126,6 +128,36 @@ cdef int ready_step(state_t *st, int fd, size_t offset, size_t nbytes,
     extra[0] = extra[1] = 0
     cdef int rc = agree_max(st, 0 if err else 1, 0, extra, &agreed, most)
     reserved[0] = rc == OK and agreed != 0
+    return rc
+
+
+# The ready steps this process has run (each one reserving data halves):
+# one per pool that carries data, and one more where spares were let go;
+# never one per call (reserve_counts).
+cdef uint64_t ready_steps = 0
+
+
+def reserve_counts():
+    """{"ready_steps": ready steps run (reservations of a pool's data
+    halves), "refused": reservations refused before fallocate because a
+    tmpfs had not the room} of this process."""
+    return {"ready_steps": ready_steps, "refused": cxl_reserve_refused}
+
+
+cdef int ready_halves(state_t *st, int fd, size_t offset, size_t nbytes,
+                      bint *reserved) except -9:
+    """`ready_step`; where no rank found room, `let_go_and_agree` and, if
+    any rank let spares go, one more `ready_step` (every rank alike).  OK,
+    or the steps' error; `reserved` the same on every rank."""
+    cdef bint again = False
+    cdef int rc
+    with nogil:
+        rc = ready_step(st, fd, offset, nbytes, reserved)
+    if rc == OK and not reserved[0]:
+        rc = let_go_and_agree(st, &again)
+    if rc == OK and again:
+        with nogil:
+            rc = ready_step(st, fd, offset, nbytes, reserved)
     return rc
 
 
