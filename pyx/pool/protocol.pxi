@@ -126,11 +126,10 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
 
 
 cdef void mark_passed(void *state) noexcept nogil:
-    """Pool.note_pass: count the call, and store its number as this rank's
-    last call sent to MPI (nothing once unmapped or another job's), waking a
-    peer asleep in the pool on this call.  (Without the wake, such a peer
-    slept out its bound, up to 1 ms, on every passed call: 1000 follows at
-    3 oversubscribed ranks ran past 120 s on Open MPI.)"""
+    """Pool.note_pass: count the call, store its number as this rank's last
+    call sent to MPI (nothing once unmapped or another job's), wake a peer
+    asleep in the pool on this call (else it slept out up to 1 ms per passed
+    call: 1000 follows at 3 oversubscribed ranks took 120 s on Open MPI)."""
     cdef state_t *st = <state_t *>state
     if st.base == NULL or revoked(st):
         return
