@@ -10,6 +10,7 @@ with the job's output, it never hangs pytest."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from harness import SMALL_POOL_ENV, launch_mpi
@@ -22,6 +23,9 @@ def tagged_json(stdout: str, tag: str) -> dict:
     return json.loads(stdout.split(tag + " ", 1)[1].splitlines()[0])
 
 
+@pytest.mark.skipif(bool(os.environ.get("CXLMPI_TEST_OPENMPI")),
+                    reason="stock Open MPI refuses these calls (its Alltoall with larger "
+                           "receive counts raises MPI_ERR_TRUNCATE); MPICH runs them")
 @pytest.mark.parametrize("nranks", [2, 3])
 @pytest.mark.parametrize("settings", ["small", "default"])
 def test_receive_buffers_larger_than_the_message_run_as_stock(nranks: int,

@@ -56,6 +56,11 @@ CASES = {
     "Reduce_scatter counts": lambda: comm.Reduce_scatter(
         f64(sum(counts(K, True))), np.empty(counts(K, True)[rank]), counts(K, True), MPI.SUM),
 }
+if "Open MPI" in MPI.Get_library_version():
+    # stock Open MPI corrupts its heap on this one (rank 0 receives more
+    # than its buffer: "double free or corruption" with plain mpi4py, no
+    # cxlmpi), and cxlmpi runs it as stock does
+    del CASES["Scatterv counts"]
 
 outcome = {}
 for name, call in CASES.items():
