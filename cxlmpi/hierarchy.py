@@ -306,6 +306,13 @@ class Hierarchy:
 
     # ------------------------------------------------ gathers, header step
 
+    def agree(self, value: int, what: str = "header step", root: int = -1,
+              pairs: int = 0) -> int:
+        """A header step that settles a call's path (see Pool.agree): the
+        maximum of every rank's `value`, 0 when any published 0.  (`pairs`,
+        the block checksum, is checked within each group's pool only.)"""
+        return self.header(value, what, root, pairs)[0]
+
     def header(self, value: int, what: str = "header step", root: int = -1,
                pairs: int = 0, report: int = 0, extra: int = 0,
                extra2: int = 0) -> tuple[int, int, int]:

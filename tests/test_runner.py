@@ -44,7 +44,9 @@ ZOMBIE_PEER = "tests/scripts/zombie_peer.py"
 SCRIPTS_PATH = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(SCRIPTS)])}
 # The scripts count the pool calls they expect from the sizes they use, as
 # if every collective went through the pool from CXLMPI_THRESHOLD up.
-ALL_POOL = {"CXLMPI_TUNING": "pool"}
+# (CXLMPI_ORDERING=0: these jobs count their Barriers as pool calls, which
+# ordering sends to MPI; tests/test_progress.py covers ordering)
+ALL_POOL = {"CXLMPI_TUNING": "pool", "CXLMPI_ORDERING": "0"}
 # Jobs that must fail: a pool wait must not be what ends them.
 NO_POOL_TIMEOUT = {"CXLMPI_TIMEOUT": "300"}
 FAIL_TIMEOUT = 60  # s: kill a job still running after this

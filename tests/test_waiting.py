@@ -21,7 +21,9 @@ WAITING = "tests/scripts/waiting.py"
 
 def run(nranks: int, scenario: str) -> list[dict]:
     """Every rank's verdict and wait counters from one job of waiting.py."""
-    job = launch_mpi(nranks, [WAITING, scenario], env=dict(SMALL_POOL_ENV, CXLMPI_TIMEOUT="60"),
+    # (the waits are a pool Barrier's: CXLMPI_ORDERING would send it to MPI)
+    job = launch_mpi(nranks, [WAITING, scenario],
+                     env=dict(SMALL_POOL_ENV, CXLMPI_TIMEOUT="60", CXLMPI_ORDERING="0"),
                      timeout=120)
     assert job.returncode == 0, job.describe()
     found = [line[len("RESULT "):] for line in job.stdout.splitlines()
