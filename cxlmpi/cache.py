@@ -31,7 +31,8 @@ from typing import Any
 
 from . import config
 from ._version import __version__
-from .select import NCLASSES, PLACEMENTS, Learner, class_floor, code_of, size_class
+from .select.classes import NCLASSES, PLACEMENTS, class_floor, code_of, size_class
+from .select.learner import Learner
 
 __all__ = ["cache_path", "fingerprint", "load_cache", "read_cache", "save_cache",
            "describe_cache", "MAX_NBYTES", "MIN_SECONDS", "MAX_SECONDS"]

@@ -8,12 +8,11 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-import time
 from typing import Any
 
 from mpi4py import MPI
 
-from . import _shim, agree, cache, config, progress, select
+from . import _shim, agree, config, progress, select
 from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, on_short, warn_no_space
 from .backends import NO_ROOM
 from .errors import (
@@ -36,8 +35,8 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "routes", "machine",
-                 "hosts", "key")
+    __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "routes", "hosts",
+                 "key")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None, ordering: bool = False) -> None:
@@ -49,10 +48,9 @@ class _State:
         self.order_at: int = MPI._addressof(probe) if self.order is not None else 0
         self.error: CXLMPIError | None = None
         self.only: tuple[bool, ...] | None = None
-        # adaptive selection (cxlmpi.select): the compiled routes, whose
-        # `selector` learns; the machine fingerprint its cache entry is for
-        self.routes: _shim.Routes | None = None
-        self.machine: dict[str, Any] | None = None
+        # adaptive selection: the compiled route table, bound to its policy
+        # (cxlmpi.select.interface)
+        self.routes: select.RouteTable | None = None
         # the hosts its pool spans, the same on every rank: which windows
         # apply (_shim.lo1)
         self.hosts: int = getattr(pool, "hosts", 1)
@@ -63,7 +61,7 @@ class _State:
         self.key: tuple | None = None
 
     def close(self) -> None:
-        remember(self)
+        select.remember(self.routes, self.pool)
         self.routes = None
         if self.pool is not None:
             self.pool.close()
@@ -118,7 +116,7 @@ def _spare(state: _State) -> None:
             or pool.identity is None or pool.short:
         state.free()
         return
-    remember(state)
+    select.remember(state.routes, pool)
     with _spares_lock:
         _spares.append(state)
         old = _trim()
@@ -220,7 +218,7 @@ def _close_at_exit() -> None:
     with _spares_lock:
         spares = _spares[:]
     for state in [*_states.values(), *spares]:
-        remember(state)
+        select.remember(state.routes, state.pool)
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
             pool.detach()
@@ -228,8 +226,6 @@ def _close_at_exit() -> None:
 
 
 _warned_no_room = False
-# Header steps timed across pool groups when a communicator's pool is set up
-HEADER_TIMINGS = 4
 
 
 def _state_for(comm: MPI.Intracomm) -> _State:
@@ -288,53 +284,8 @@ def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
     probe = progress.attach(pool, plain, calls=cfg.progress, ordering=cfg.ordering)
     state = _State(pool, probe, cfg.ordering)
     if cfg.adaptive and pool is not None:
-        _learn(state, pool, plain, cfg)
+        state.routes = select.attach(pool, plain, cfg)
     return state
-
-
-def _learn(state: _State, pool: Pool | Hierarchy, comm: MPI.Intracomm,
-           cfg: config.Config) -> None:
-    """Collective: give `state` adaptive selection, starting from what the
-    cache remembers for this machine (read by rank 0, so that every rank
-    starts from the same decisions).  Across pool groups it chooses
-    between MPI and the hierarchy (no variants: Hierarchy takes none)."""
-    prior = None
-    machine = None
-    across = isinstance(pool, Hierarchy)
-    overhead = select.learned_overhead()   # (rank 0's counts: see below)
-    if across:
-        # a learning call's header step goes through the leaders' MPI here:
-        # its cost, as rank 0 measures it, is what the selector counts
-        pool.header(1)          # (the first: MPI's own set-up)
-        start = time.perf_counter()
-        for _ in range(HEADER_TIMINGS):
-            pool.header(1)
-        overhead = max(overhead, select.LEARN_OVERHEAD_S +
-                       (time.perf_counter() - start) / HEADER_TIMINGS)
-    if comm.Get_rank() == 0:
-        groups = [len(g) for g in pool.groups] if across else None
-        machine = cache.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)
-        prior = cache.load_cache(cache.cache_path(cfg), machine)
-    machine, prior, overhead = agree.bcast(comm, (machine, prior, overhead))
-    routes = _shim.Routes(pool)
-    routes.selector = select.Selector(routes, pool.size, pool.chunk_nbytes,
-                                      streaming=True, prior=prior, variants=not across,
-                                      overhead_s=overhead)
-    state.routes = routes
-    state.machine = machine
-
-
-def remember(state: _State) -> None:
-    """Write what `state`'s selector settled into the cache (rank 0 of the
-    communicator, which read it), once."""
-    routes = state.routes
-    if routes is None or state.machine is None or state.pool is None:
-        return
-    selector = routes.selector
-    if not selector.changed or state.pool.rank != 0:
-        return
-    selector.changed = False
-    cache.save_cache(cache.cache_path(), state.machine, selector.decisions())
 
 
 def _describe(call: tuple, variants: bool) -> str:

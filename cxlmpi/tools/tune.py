@@ -79,6 +79,7 @@ from mpi4py import MPI
 import cxlmpi
 from cxlmpi import cache, config, select
 from cxlmpi.errors import CXLMPIConfigError
+from cxlmpi.select import learner
 from cxlmpi.tools import bench
 
 __all__ = [
@@ -473,7 +474,7 @@ def measure_all(ops: Sequence[bench.Collective], sizes: Sequence[int],
     return results
 
 
-# Tries of each candidate path when filling the cache (online: select.ROUNDS),
+# Tries of each candidate path when filling the cache (online: cxlmpi.select.learner.ROUNDS),
 # and the most calls a class may take to settle.
 FILL_ROUNDS = 5
 FILL_CALLS = 2000
@@ -500,9 +501,9 @@ def fill_cache(ops: Sequence[bench.Collective], sizes: Sequence[int],
     if path is None:
         raise TuneError("CXLMPI_CACHE=off: there is no cache to fill")
     # deliberate: every candidate tried FILL_ROUNDS times, none dropped early
-    select.ROUNDS = FILL_ROUNDS
-    select.EXPLORE_BUDGET = math.inf
-    select.DROP_AFTER_ONE = math.inf
+    learner.ROUNDS = FILL_ROUNDS
+    learner.EXPLORE_BUDGET = math.inf
+    learner.DROP_AFTER_ONE = math.inf
     world = MPI.COMM_WORLD
     nranks = world.Get_size()
     # pool buffers first: a class whose private calls settle on MPI would never

@@ -1,47 +1,8 @@
-"""Online path selection: each communicator measures its own paths and keeps
-the fastest (CXLMPI_TUNING=adaptive, the default).
-
-A *class* is one collective, one power-of-two size class (bytes of all
-blocks together, as the dispatcher counts them) and one buffer placement
-(``private``: the pool path copies through the ranks' halves; ``pool``: it
-ran zero-copy, every rank's buffers in the arenas).  Its *candidates* are
-stock MPI and the pool variants that can matter for it: regular or
-streaming stores into the halves, CXLMPI_CHUNK_SIZE steps or whole halves,
-every-rank-reduces or reduce-scatter + allgather (`candidates`).
-
-Every rank must take the same path for the same call, so a `Learner`
-changes only on data that every rank holds identically:
-
-- the calls that learn (exploration and re-checks) open with a header step
-  in the pool (``Pool.header``), which every rank of the pool takes or none
-  does (a rank that sends the call to MPI sends them all there: the call
-  teaches nothing then, on every rank);
-- the time of a learning call is this rank's; the next header step carries
-  it, and every rank learns the largest (the slowest rank's time) -- one
-  report in flight per communicator, checked to be the same report on every
-  rank (its id rides in the header's signature);
-- when a class learns next is counted in the pool's call counter, which
-  every rank advances alike (pool calls and passed ones).
-
-The first calls of a class try its candidates in turn (MPI first, the
-reference); each path's first call (MPI's, the pool's) is a warm-up, not a
-sample; a candidate far slower than the best so far is dropped after one
-try.  Exploring may cost EXPLORE_BUDGET calls' worth of the best path at
-once, then EXPLORE_SHARE of the communicator's calls: a try that does not
-fit waits, the fastest path so far running meanwhile, so that classes
-whose calls cost little against a learning call's own cost explore in
-steps spread over their calls.  Then the fastest in typical time is kept
-(`typical`: the mean of its looks, each capped at OUTLIER times their
-median -- not its fastest look, which on a busy machine may be a lucky
-one; stock MPI's at most the median of its looks); a small, bounded
-share of later calls re-times it back to back against the runner-up,
-and every other time against stock MPI or another candidate in turn
-(more often when they are close, rarely when far behind; a path that
-just took over is timed against the one it displaced once more before
-the spacing grows), so a change of load is followed.  What
-was learned is remembered per machine in a cache file (CXLMPI_CACHE,
-cxlmpi.cache), read when a communicator's pool is set up.
-"""
+"""What one class has learned and what its next call does (`Learner`):
+exploring its candidates, settling on the fastest in typical time, and the
+re-checks that follow a change of load (the policy is described in
+`cxlmpi.select`).  Pure bookkeeping on data every rank holds alike; the
+Selector (cxlmpi.select.selector) feeds it the agreed timings."""
 
 from __future__ import annotations
 
@@ -49,21 +10,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import config
+from .classes import FIRST_RUN_MIN, MPI_PATH, code_name, code_of, untimed_half
 
-__all__ = ["MPI_PATH", "code_name", "code_of", "size_class", "candidates", "Learner",
-           "Selector", "decision"]
+__all__ = ["Learner", "typical", "weighed", "LEARN_OVERHEAD_S"]
 
-# Path codes: 0 is stock MPI; 1 + flags is the pool with the variant flags
-# (cxlmpi._pool.VARIANT_FLAGS).
-MPI_PATH = 0
-STREAM, BIGCHUNK, RSAG, FLAT = 1, 2, 4, 8
-_FLAG_NAMES = ((STREAM, "stream"), (BIGCHUNK, "bigchunk"), (RSAG, "rsag"), (FLAT, "flat"))
-
-PLACEMENTS = ("private", "pool")
-NCLASSES = 64
-
-# Exploration and re-checking (see the module docstring).
+# Exploration and re-checking (see cxlmpi.select).
 ROUNDS = 3               # tries of each surviving candidate
 DROP_AFTER_ONE = 2.0     # a candidate this much slower than the best after one try
 UNTRIED = 1.5            # what an untried candidate is expected to cost (x the best)
@@ -78,22 +29,17 @@ RECENT = 4               # samples a settled candidate keeps
 OUTLIER = 3.0            # a look counts at most this much x its path's median
 STEADY = 1.5             # the best's looks this far apart: re-checks do not space out
 HISTORY = 16             # (its latest this many looks)
-STREAM_MIN = 16 << 10    # the smallest class that tries streaming stores
-RUN_BYTES = 4 << 20      # a timed run: calls moving about this many bytes ...
-MAX_RUN = 16             # ... but at most this many calls
-FIRST_RUN_BYTES = 1 << 20   # a class's first run, on MPI: calls moving this much ...
-FIRST_RUN_CALLS = 100    # ... but at most this many (see first_run) ...
-FIRST_RUN_MIN = 8        # ... and at least this many
 # What a learning call costs beyond its path, whichever it takes: the header
-# step and this module's bookkeeping.  Measured in place: each rank times
+# step and the selector's bookkeeping.  Measured in place: each rank times
 # its header calls (the step and the bookkeeping around it), the next
 # header step carries the figure and all learn the largest; the overhead
-# is the median of the latest OVERHEAD_FIGURES of those (the lower one of
-# an even count: a rank that was descheduled once must not stop exploring),
+# is the median of the latest OVERHEAD_FIGURES of those (the lower one of an
+# even count: a rank that was descheduled once must not stop exploring),
 # the same on every rank.  Not the communicator's first figure: its first
 # header call is cold (3.5 ms against 40-130 us after it, 2 ranks beside a
 # busy process), and taken as the overhead, it held a 1 MiB class's first
-# try of the pool back for 1400 calls.
+# try of the pool back for 1400 calls.  (Kept by the Selector,
+# cxlmpi.select.selector.)
 # Before the first figure arrives: the latest figure of an earlier
 # communicator of rank 0's process (`learned_overhead`: rank 0 hands it to
 # every rank when the pool is set up), or LEARN_OVERHEAD_S (across pool
@@ -101,22 +47,6 @@ FIRST_RUN_MIN = 8        # ... and at least this many
 # that plus what rank 0 measured of it then: Selector's `overhead_s`).
 # Measured: 1-2 us in a tight loop, 20-90 us in place (2 ranks, 2-vCPU VM).
 LEARN_OVERHEAD_S = 6e-6
-OVERHEAD_FIGURES = 7
-_learned_overhead = [LEARN_OVERHEAD_S]
-
-
-def learned_overhead() -> float:
-    """What a learning call cost, as this process's communicators last
-    agreed (LEARN_OVERHEAD_S before any did).  A new communicator's first
-    report cannot carry its own header call's cost: its class would judge
-    exploring by the tight loop's figure."""
-    return _learned_overhead[0]
-
-# Collectives by family (config.COLLECTIVES names).
-_MOVE = ("bcast", "allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv",
-         "alltoall", "alltoallv")
-_REDUCE = ("reduce", "allreduce")
-_REDUCE_SCATTER = ("reduce_scatter_block", "reduce_scatter")
 
 
 def weighed(code: int, seconds: float) -> float:
@@ -160,80 +90,6 @@ def typical(samples: list[float], reference: bool = False) -> float:
     half = len(ordered) // 2
     median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
     return min(mean, median)
-
-
-def code_name(code: int) -> str:
-    """'mpi', 'pool', 'pool+stream', 'pool+stream+bigchunk', ..."""
-    if code == MPI_PATH:
-        return "mpi"
-    flags = code - 1
-    return "+".join(["pool"] + [name for bit, name in _FLAG_NAMES if flags & bit])
-
-
-def code_of(name: str) -> int:
-    """The inverse of code_name (ValueError for a name it never makes)."""
-    if name == "mpi":
-        return MPI_PATH
-    parts = name.split("+")
-    if parts[0] != "pool":
-        raise ValueError(f"unknown path {name!r}")
-    names = dict((n, bit) for bit, n in _FLAG_NAMES)
-    try:
-        flags = sum(names[p] for p in set(parts[1:]))
-    except KeyError:
-        raise ValueError(f"unknown path {name!r}") from None
-    return 1 + flags
-
-
-def size_class(nbytes: int) -> int:
-    """The power-of-two class of a message: floor(log2(nbytes)), 0 for 0."""
-    return max(int(nbytes).bit_length() - 1, 0)
-
-
-def class_floor(sc: int) -> int:
-    return 1 << sc if sc else 0
-
-
-def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
-               streaming: bool = True, variants: bool = True) -> list[int]:
-    """The paths worth trying for a class, in the order they are tried:
-    stock MPI first (the reference every other is judged against), then the
-    pool variants (`variants` False: the pool's one path, as across pool
-    groups).  Identical on every rank: it depends only on the class and on
-    the pool (its ranks, its chunk)."""
-    pool = 1
-    if name == "barrier" or name in ("scan", "exscan") or zerocopy or not variants:
-        return [MPI_PATH, pool]
-    out = [MPI_PATH]
-    big = nbytes > chunk
-    # Streaming stores pay once the message leaves the caches, and from a
-    # few pages wherever the readers run on cores that do not share the
-    # writer's cache: they snoop every line of a regular copy out of it.
-    # On one 2-vCPU VM a 64 KiB Bcast through the pool took 3.6, 11-12 or
-    # 38-39 us by where the vCPUs ran (one job to the next), with streaming
-    # stores 7-8 us in every job (stock MPI 10-16 us); at 16 KiB 2.1-10.9
-    # against 3.5-3.9 us (stock 7-8 us).
-    stream = streaming and nbytes >= STREAM_MIN
-    large = nbytes >= 4 << 20
-    if name in _REDUCE:
-        flat, rsag = 1 + FLAT, 1 + RSAG
-        out += [flat, rsag] if nranks > 2 else [flat]
-        if stream:
-            out += [c + STREAM for c in list(out[1:])]
-        if nranks <= 2:
-            out.append(rsag)
-        return out
-    if name in _MOVE or name in _REDUCE_SCATTER:
-        variants = [pool]
-        if stream:
-            variants.append(1 + STREAM)
-        if big and name in _MOVE:
-            variants.append(1 + BIGCHUNK)
-        if stream and big:
-            variants.append(1 + STREAM + BIGCHUNK)
-        # the likeliest first: large messages stream
-        return out + (variants[::-1] if large else variants)
-    return [MPI_PATH, pool]
 
 
 @dataclass
@@ -658,248 +514,3 @@ class Learner:
         # have been cold where this one's is hot.
         learner.interval = MIN_INTERVAL
         return learner
-
-
-# Routes' codes for "no decision: ask the Selector" (cxlmpi._shim.Routes),
-# and for a class no call has met yet: its first call opens a timed run on
-# MPI by itself, `first_run` calls long, without a header step -- whose cost
-# (20-70 us in place: the step and this module's bookkeeping) is many of a
-# cheap class's calls, and is paid again by the next header step, which
-# carries the run's time to every rank.
-SLOW = -1
-NEW = -2
-# What a rank reports for a run that a header step cut short in its untimed
-# first half (nanoseconds per call; no call of any path takes 1 ns): the
-# largest report wins, so where every rank was cut short all learn it.
-CUT_SHORT = 1
-
-
-def run_length(sc: int) -> int:
-    """Calls of a timed run of size class `sc`: RUN_BYTES' worth (see
-    Selector._run)."""
-    return max(1, min(MAX_RUN, RUN_BYTES // max(class_floor(sc), 1)))
-
-
-def first_run(sc: int) -> int:
-    """Calls of the run that a class of size class `sc` opens on MPI by
-    itself, 0 where its first call asks in a header step (large classes:
-    the pool first, see Learner.next_try).  FIRST_RUN_BYTES' worth of
-    calls, at least FIRST_RUN_MIN, at most FIRST_RUN_CALLS: the header step
-    that reports the run costs 30-150 us in place, 15-70 calls of 4 KiB (2
-    ranks, AMD EPYC VM), so a cheap class's first 100 calls take stock
-    MPI's path and time alone, and exploring begins after them, paid as it
-    goes.  Only its second half is timed (`first_skip`)."""
-    if run_length(sc) <= 1:
-        return 0
-    return max(FIRST_RUN_MIN, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
-
-
-def first_skip(sc: int) -> int:
-    """Calls after the first run's opening one that only restart its timing
-    (cxlmpi._shim.Routes.run_skip): the first half.  MPI warms up over a
-    class's first calls, not in its first alone: ranks leave the cold
-    opening call apart (the next call's time on the early rank holds the
-    gap), and MPI's own buffers for that size are touched over the next
-    few (a 64 KiB Alltoall's calls on 4 ranks, 16 cores: 341, 80, 51, 80,
-    252, 150, 69, 53, 52, 39, then 34-40 us).  Timed from its third call,
-    a 4-call first run made MPI's first look 68 us, the pool (45 us) led,
-    and the class ran the pool for hundreds of calls."""
-    calls = first_run(sc)
-    return untimed_half(calls) if calls else 0
-
-
-def untimed_half(calls: int) -> int:
-    """Of a run of `calls` that opens with a class's cold first call, the
-    calls after the opening one that only restart its timing: the first
-    half (at least one; 8 calls: 3 untimed after the opening one, 4
-    timed)."""
-    return max(1, (calls - 2) // 2)
-
-
-class Selector:
-    """The learning of one communicator's pool: its learners, the report in
-    flight, and the compiled route table it keeps up to date (`routes`:
-    cxlmpi._shim.Routes, which reads the pool's call counter)."""
-
-    def __init__(self, routes: Any, nranks: int, chunk: int, streaming: bool,
-                 prior: dict[str, Any] | None = None, variants: bool = True,
-                 overhead_s: float = LEARN_OVERHEAD_S) -> None:
-        self.routes = routes
-        self.nranks = nranks
-        self.chunk = chunk
-        self.streaming = streaming
-        self.variants = variants
-        self.overhead_s = overhead_s
-        self.prior = prior or {}
-        self.learners: dict[tuple[int, int, int], Learner] = {}
-        self.pending: tuple[int, tuple[int, int, int], int, int] | None = None
-        self.next_check: dict[tuple[int, int, int], int] = {}  # key -> ops of its re-check
-        self.changed = False  # something settled since the cache was written
-        self.spent: list[float] = []  # the latest figures of a header call's overhead
-        self.cold_figure = True   # the next figure is the first header call's (not kept)
-        self.headers = 0      # header steps so far (each also counts in the ops)
-        for (which, sc, pl), entry in self.prior.items():
-            learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
-            if learner is not None:
-                learner.overhead = overhead_s
-                learner.run_len = run_length(sc)
-                self.learners[(which, sc, pl)] = learner
-                self._publish((which, sc, pl), learner, 0)
-        routes.first_runs([first_run(sc) for sc in range(NCLASSES)],
-                          [first_skip(sc) for sc in range(NCLASSES)])
-
-    def _candidates(self, which: int, sc: int, pl: int) -> list[int]:
-        return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
-                          pl == 1, self.chunk, self.streaming, self.variants)
-
-    def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
-        learner = self.learners.get(key)
-        if learner is None:
-            learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
-            learner.run_len = run_length(key[1])
-        learner.overhead = self.overhead_s
-        return learner
-
-    # ------------------------------------------------------ header traffic
-
-    def report(self) -> tuple[int, int]:
-        """(id, this rank's nanoseconds per call) of the report the next
-        header step carries: the run in flight, which ends when that step
-        completes on every rank (`delivered`; a step that ends with some
-        rank gone to MPI leaves it going, as on that rank); (0, 0) when
-        there is none."""
-        run = self.routes.peek_run()
-        if run is not None:
-            which, sc, pl, code, seconds, calls, skipping = run
-            # (no call timed -- all followed a peer to MPI: 0, "nothing";
-            # the run cut short by this header step before its timed half:
-            # CUT_SHORT)
-            self.learned(which, class_floor(sc), code, bool(pl),
-                         int(seconds * 1e9 / calls) if calls > 0 else
-                         CUT_SHORT if skipping else 0)
-        if self.pending is None:
-            return 0, 0
-        return self.pending[0], self.pending[3]
-
-    def delivered(self, nanoseconds: int, spent_ns: int = 0) -> None:
-        """The header step completed on every rank: the slowest rank's
-        time of the report in flight, and the largest time any rank spent
-        in its previous header call beyond the call's path (`spent_ns`; 0:
-        none measured), which `overhead_s` follows."""
-        self.routes.finish_run()
-        self.headers += 1
-        if spent_ns > 0 and self.cold_figure:
-            self.cold_figure = False
-        elif spent_ns > 0:
-            recent = self.spent = (self.spent + [spent_ns * 1e-9])[-OVERHEAD_FIGURES:]
-            self.overhead_s = _learned_overhead[0] = sorted(recent)[(len(recent) - 1) // 2]
-        if self.pending is None:
-            return
-        _, key, code, _ = self.pending
-        self.pending = None
-        ops = self.routes.ops()
-        new = key not in self.learners
-        learner = self.learner(key, ops)
-        if new:   # the run its first call opened (NEW)
-            learner.run_calls = first_run(key[1])
-        if nanoseconds > CUT_SHORT:
-            learner.learn(code, nanoseconds * 1e-9)
-        elif nanoseconds == CUT_SHORT:   # every rank was still in its untimed half
-            learner.cut_short(code)
-        else:                 # no rank timed a call of the run
-            learner.untimed(code)
-        if learner.phase == 0:
-            learner.plan(ops)
-        if learner.phase == 1 and nanoseconds > CUT_SHORT:
-            self.changed = True
-        self._publish(key, learner, ops)
-
-    def _publish(self, key: tuple[int, int, int], learner: Learner, ops: int) -> None:
-        """Tell the compiled routes what the class's next call does."""
-        which, sc, pl = key
-        if learner.phase == 1:
-            # (in the communicator's calls: every rank counts those alike)
-            due = ops + learner.interval
-            self.next_check[key] = due
-            self.routes.set(which, sc, pl, learner.best, due)
-        elif learner.phase == 0 and learner.resume > ops:
-            # exploring waits for its budget: the leader meanwhile, untimed
-            self.routes.set(which, sc, pl, learner.leader(), learner.resume)
-        else:
-            self.routes.set(which, sc, pl, SLOW, 0)
-
-    # --------------------------------------------------------------- calls
-
-    def pick(self, which: int, nbytes: int, ops: int) -> tuple[int, bool]:
-        """After a completed header step: (path code, whether this call
-        learns) for a call of `nbytes` (the agreed size)."""
-        sc = size_class(nbytes)
-        key = (which, sc, self.routes.placement(which, sc))
-        learner = self.learner(key, ops)
-        if learner.phase == 0:
-            code = learner.plan(ops)
-            if code is not None:
-                return self._run(key, learner, code, nbytes, ops), True
-            self._publish(key, learner, ops)
-            if learner.phase == 0:    # waiting for its budget
-                return learner.leader(), False  # type: ignore[return-value]
-        assert learner.best is not None or learner.phase >= 2
-        if learner.phase == 1:
-            if ops < self.next_check.get(key, 0):   # settled by this header's report
-                return learner.best, False  # type: ignore[return-value]
-            learner.start_check()
-            if learner.phase == 1:    # nothing to compare against
-                self._publish(key, learner, ops)
-                return learner.best, False  # type: ignore[return-value]
-        return self._run(key, learner, learner.check_code(), nbytes, ops), True
-
-    def _run(self, key: tuple[int, int, int], learner: Learner, code: int, nbytes: int,
-             ops: int) -> int:
-        """Start a timed run of `code` on class `key` with this call: a
-        single call for a warm-up try, else RUN_BYTES worth of calls (1 to
-        MAX_RUN), so that a run of small calls outweighs its header step
-        and bookkeeping; it ends at the next header step of the
-        communicator, whichever class it is for."""
-        which, sc, pl = key
-        calls = learner.try_len(code)
-        learner.run_calls = calls
-        # (the next `calls` calls of the communicator: fewer of the class's
-        # own when others come between -- the run's mean is per call timed)
-        self.routes.start_run(which, sc, pl, code, ops + calls, learner.cold_skip(code))
-        return code
-
-    def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,
-                nanoseconds: int) -> None:
-        """A learning call finished on this rank in `nanoseconds`; its
-        report goes out with the next header step."""
-        sc = size_class(nbytes)
-        pl = int(zerocopy) if code != MPI_PATH else self.routes.placement(which, sc)
-        key = (which, sc, pl)
-        report = 1 + (which * NCLASSES + sc) * 2 + pl
-        self.pending = (report << 8 | code, key, code, max(0, nanoseconds))
-
-    # ---------------------------------------------------------------- show
-
-    def decisions(self) -> dict[tuple[int, int, int], Learner]:
-        """The classes with a choice: settled, or exploring with a fastest
-        path seen (what the cache keeps: a class of cheap calls may still
-        explore when the job ends)."""
-        return {k: v for k, v in self.learners.items() if v.choice() is not None}
-
-
-def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | None:
-    """What adaptive selection settled on for collective `name` (e.g.
-    "bcast") of `nbytes` (all blocks together) on `comm`, for the placement
-    its last pool call found: 'mpi', 'pool', 'pool+stream', ...; None when
-    nothing is settled (or the path is pinned).  `settled=False`: while
-    the class still explores, the fastest path it has seen so far."""
-    from ._shim import states
-
-    state = states.get(getattr(comm, "handle", None))
-    routes = getattr(state, "routes", None)
-    if routes is None or name not in config.COLLECTIVES:
-        return None
-    which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
-    learner = routes.selector.learners.get((which, sc, routes.placement(which, sc)))
-    best = None if learner is None else learner.best if settled else learner.choice()
-    return None if best is None else code_name(best)

@@ -1,0 +1,233 @@
+"""The learning of one communicator's pool (`Selector`): a Learner per class,
+the report in flight between header steps, and the compiled route table it
+keeps up to date.  It is the policy half of the interface declared in
+cxlmpi.select.interface: the compiled half calls `report`, `delivered` and
+`pick`; it hands the route table the paths through `set`, `start_run` and
+`first_runs`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import config
+from .classes import (
+    CUT_SHORT,
+    MPI_PATH,
+    NCLASSES,
+    SLOW,
+    candidates,
+    class_floor,
+    code_name,
+    first_run,
+    first_skip,
+    run_length,
+    size_class,
+)
+from .interface import RouteTable
+from .learner import LEARN_OVERHEAD_S, Learner
+
+__all__ = ["Selector", "decision", "learned_overhead", "OVERHEAD_FIGURES"]
+
+# Header calls' overhead figures the median is taken of (see LEARN_OVERHEAD_S).
+OVERHEAD_FIGURES = 7
+_learned_overhead = [LEARN_OVERHEAD_S]
+
+
+def learned_overhead() -> float:
+    """What a learning call cost, as this process's communicators last
+    agreed (LEARN_OVERHEAD_S before any did).  A new communicator's first
+    report cannot carry its own header call's cost: its class would judge
+    exploring by the tight loop's figure."""
+    return _learned_overhead[0]
+
+
+class Selector:
+    """The learning of one communicator's pool: its learners, the report in
+    flight, and the compiled route table it keeps up to date (`routes`:
+    cxlmpi._shim.Routes, which reads the pool's call counter)."""
+
+    def __init__(self, routes: RouteTable, nranks: int, chunk: int, streaming: bool,
+                 prior: dict[str, Any] | None = None, variants: bool = True,
+                 overhead_s: float = LEARN_OVERHEAD_S) -> None:
+        self.routes = routes
+        self.nranks = nranks
+        self.chunk = chunk
+        self.streaming = streaming
+        self.variants = variants
+        self.overhead_s = overhead_s
+        self.prior = prior or {}
+        self.learners: dict[tuple[int, int, int], Learner] = {}
+        self.pending: tuple[int, tuple[int, int, int], int, int] | None = None
+        self.next_check: dict[tuple[int, int, int], int] = {}  # key -> ops of its re-check
+        self.changed = False  # something settled since the cache was written
+        self.spent: list[float] = []  # the latest figures of a header call's overhead
+        self.cold_figure = True   # the next figure is the first header call's (not kept)
+        self.headers = 0      # header steps so far (each also counts in the ops)
+        # the machine fingerprint the cache entry is for (cxlmpi.select.lifecycle;
+        # None: nothing is remembered)
+        self.machine: dict[str, Any] | None = None
+        for (which, sc, pl), entry in self.prior.items():
+            learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
+            if learner is not None:
+                learner.overhead = overhead_s
+                learner.run_len = run_length(sc)
+                self.learners[(which, sc, pl)] = learner
+                self._publish((which, sc, pl), learner, 0)
+        routes.first_runs([first_run(sc) for sc in range(NCLASSES)],
+                          [first_skip(sc) for sc in range(NCLASSES)])
+
+    def _candidates(self, which: int, sc: int, pl: int) -> list[int]:
+        return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
+                          pl == 1, self.chunk, self.streaming, self.variants)
+
+    def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
+        learner = self.learners.get(key)
+        if learner is None:
+            learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
+            learner.run_len = run_length(key[1])
+        learner.overhead = self.overhead_s
+        return learner
+
+    # ------------------------------------------------------ header traffic
+
+    def report(self) -> tuple[int, int]:
+        """(id, this rank's nanoseconds per call) of the report the next
+        header step carries: the run in flight, which ends when that step
+        completes on every rank (`delivered`; a step that ends with some
+        rank gone to MPI leaves it going, as on that rank); (0, 0) when
+        there is none."""
+        run = self.routes.peek_run()
+        if run is not None:
+            which, sc, pl, code, seconds, calls, skipping = run
+            # (no call timed -- all followed a peer to MPI: 0, "nothing";
+            # the run cut short by this header step before its timed half:
+            # CUT_SHORT)
+            self.learned(which, class_floor(sc), code, bool(pl),
+                         int(seconds * 1e9 / calls) if calls > 0 else
+                         CUT_SHORT if skipping else 0)
+        if self.pending is None:
+            return 0, 0
+        return self.pending[0], self.pending[3]
+
+    def delivered(self, nanoseconds: int, spent_ns: int = 0) -> None:
+        """The header step completed on every rank: the slowest rank's
+        time of the report in flight, and the largest time any rank spent
+        in its previous header call beyond the call's path (`spent_ns`; 0:
+        none measured), which `overhead_s` follows."""
+        self.routes.finish_run()
+        self.headers += 1
+        if spent_ns > 0 and self.cold_figure:
+            self.cold_figure = False
+        elif spent_ns > 0:
+            recent = self.spent = (self.spent + [spent_ns * 1e-9])[-OVERHEAD_FIGURES:]
+            self.overhead_s = _learned_overhead[0] = sorted(recent)[(len(recent) - 1) // 2]
+        if self.pending is None:
+            return
+        _, key, code, _ = self.pending
+        self.pending = None
+        ops = self.routes.ops()
+        new = key not in self.learners
+        learner = self.learner(key, ops)
+        if new:   # the run its first call opened (NEW)
+            learner.run_calls = first_run(key[1])
+        if nanoseconds > CUT_SHORT:
+            learner.learn(code, nanoseconds * 1e-9)
+        elif nanoseconds == CUT_SHORT:   # every rank was still in its untimed half
+            learner.cut_short(code)
+        else:                 # no rank timed a call of the run
+            learner.untimed(code)
+        if learner.phase == 0:
+            learner.plan(ops)
+        if learner.phase == 1 and nanoseconds > CUT_SHORT:
+            self.changed = True
+        self._publish(key, learner, ops)
+
+    def _publish(self, key: tuple[int, int, int], learner: Learner, ops: int) -> None:
+        """Tell the compiled routes what the class's next call does."""
+        which, sc, pl = key
+        if learner.phase == 1:
+            # (in the communicator's calls: every rank counts those alike)
+            due = ops + learner.interval
+            self.next_check[key] = due
+            self.routes.set(which, sc, pl, learner.best, due)
+        elif learner.phase == 0 and learner.resume > ops:
+            # exploring waits for its budget: the leader meanwhile, untimed
+            self.routes.set(which, sc, pl, learner.leader(), learner.resume)
+        else:
+            self.routes.set(which, sc, pl, SLOW, 0)
+
+    # --------------------------------------------------------------- calls
+
+    def pick(self, which: int, nbytes: int, ops: int) -> tuple[int, bool]:
+        """After a completed header step: (path code, whether this call
+        learns) for a call of `nbytes` (the agreed size)."""
+        sc = size_class(nbytes)
+        key = (which, sc, self.routes.placement(which, sc))
+        learner = self.learner(key, ops)
+        if learner.phase == 0:
+            code = learner.plan(ops)
+            if code is not None:
+                return self._run(key, learner, code, nbytes, ops), True
+            self._publish(key, learner, ops)
+            if learner.phase == 0:    # waiting for its budget
+                return learner.leader(), False  # type: ignore[return-value]
+        assert learner.best is not None or learner.phase >= 2
+        if learner.phase == 1:
+            if ops < self.next_check.get(key, 0):   # settled by this header's report
+                return learner.best, False  # type: ignore[return-value]
+            learner.start_check()
+            if learner.phase == 1:    # nothing to compare against
+                self._publish(key, learner, ops)
+                return learner.best, False  # type: ignore[return-value]
+        return self._run(key, learner, learner.check_code(), nbytes, ops), True
+
+    def _run(self, key: tuple[int, int, int], learner: Learner, code: int, nbytes: int,
+             ops: int) -> int:
+        """Start a timed run of `code` on class `key` with this call: a
+        single call for a warm-up try, else RUN_BYTES worth of calls (1 to
+        MAX_RUN), so that a run of small calls outweighs its header step
+        and bookkeeping; it ends at the next header step of the
+        communicator, whichever class it is for."""
+        which, sc, pl = key
+        calls = learner.try_len(code)
+        learner.run_calls = calls
+        # (the next `calls` calls of the communicator: fewer of the class's
+        # own when others come between -- the run's mean is per call timed)
+        self.routes.start_run(which, sc, pl, code, ops + calls, learner.cold_skip(code))
+        return code
+
+    def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,
+                nanoseconds: int) -> None:
+        """A learning call finished on this rank in `nanoseconds`; its
+        report goes out with the next header step."""
+        sc = size_class(nbytes)
+        pl = int(zerocopy) if code != MPI_PATH else self.routes.placement(which, sc)
+        key = (which, sc, pl)
+        report = 1 + (which * NCLASSES + sc) * 2 + pl
+        self.pending = (report << 8 | code, key, code, max(0, nanoseconds))
+
+    # ---------------------------------------------------------------- show
+
+    def decisions(self) -> dict[tuple[int, int, int], Learner]:
+        """The classes with a choice: settled, or exploring with a fastest
+        path seen (what the cache keeps: a class of cheap calls may still
+        explore when the job ends)."""
+        return {k: v for k, v in self.learners.items() if v.choice() is not None}
+
+
+def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | None:
+    """What adaptive selection settled on for collective `name` (e.g.
+    "bcast") of `nbytes` (all blocks together) on `comm`, for the placement
+    its last pool call found: 'mpi', 'pool', 'pool+stream', ...; None when
+    nothing is settled (or the path is pinned).  `settled=False`: while
+    the class still explores, the fastest path it has seen so far."""
+    from .._shim import states
+
+    state = states.get(getattr(comm, "handle", None))
+    routes = getattr(state, "routes", None)
+    if routes is None or name not in config.COLLECTIVES:
+        return None
+    which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
+    learner = routes.selector.learners.get((which, sc, routes.placement(which, sc)))
+    best = None if learner is None else learner.best if settled else learner.choice()
+    return None if best is None else code_name(best)
