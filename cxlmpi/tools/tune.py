@@ -12,7 +12,7 @@ Without --output: the cache.  Adaptive selection (CXLMPI_TUNING=adaptive,
 the default) learns each collective x size x buffer placement online, on
 its first calls; this runs every collective of --ops (default: all) at
 every size, with private and with pool-resident buffers, until each class
-has settled -- trying each candidate path FILL_ROUNDS times instead of the
+has settled -- trying each candidate path FILL_ROUNDS (tools.fill) times instead of the
 online 3 -- and writes what it learned to CXLMPI_CACHE, where every later
 job on this machine (same CPU, cores, ranks, MPI library, cxlmpi version)
 starts from it.
@@ -77,10 +77,11 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import cache, config, select
+from cxlmpi import cache, config
 from cxlmpi.errors import CXLMPIConfigError
-from cxlmpi.select import learner
 from cxlmpi.tools import bench
+from cxlmpi.tools.fill import fill_cache
+from cxlmpi.tools.report import align_rows
 
 __all__ = [
     "TUNABLE",
@@ -274,15 +275,6 @@ def format_window(window: Window | None) -> str:
             f"{'-' if hi is None else bench.format_size(hi)})")
 
 
-def _align(rows: list[list[str]], left: int = 1) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i < left else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def format_speedups(results: Sequence[Result]) -> str:
     """Sizes (one rank's message) down, collectives across: the speedup at
     each, '*' inside the chosen window, 'mpi' where cxlmpi passed through."""
@@ -300,7 +292,7 @@ def format_speedups(results: Sequence[Result]) -> str:
                 mark = "*" if in_window(rec["total_bytes"], res.window) else " "
                 row.append(f"{rec['speedup']:.2f}x{mark}")
         rows.append(row)
-    return _align(rows)
+    return align_rows(rows)
 
 
 def format_windows(table: dict[str, Window | None], measured: dict[str, Any]) -> str:
@@ -315,7 +307,7 @@ def format_windows(table: dict[str, Window | None], measured: dict[str, Any]) ->
         else:
             rows.append([name, format_window([None, None]), "default (not in file)",
                          format_window(builtin)])
-    return _align(rows, left=4)
+    return align_rows(rows, left=4)
 
 
 def write_tuning(path: str, table: dict[str, Window | None]) -> None:
@@ -474,12 +466,6 @@ def measure_all(ops: Sequence[bench.Collective], sizes: Sequence[int],
     return results
 
 
-# Tries of each candidate path when filling the cache (online: cxlmpi.select.learner.ROUNDS),
-# and the most calls a class may take to settle.
-FILL_ROUNDS = 5
-FILL_CALLS = 2000
-
-
 def _settings(tuning: str) -> config.Config:
     """cxlmpi's settings, re-read with CXLMPI_TUNING=`tuning`."""
     os.environ["CXLMPI_TUNING"] = tuning
@@ -492,68 +478,16 @@ def _settings(tuning: str) -> config.Config:
     return cfg
 
 
-def fill_cache(ops: Sequence[bench.Collective], sizes: Sequence[int],
-               args: argparse.Namespace) -> int:
-    """Run every op at every size, private and pool buffers, until adaptive
-    selection settles each class; write the cache.  The exit status."""
-    cfg = _settings("adaptive")
-    path = cache.cache_path(cfg)
-    if path is None:
-        raise TuneError("CXLMPI_CACHE=off: there is no cache to fill")
-    # deliberate: every candidate tried FILL_ROUNDS times, none dropped early
-    learner.ROUNDS = FILL_ROUNDS
-    learner.EXPLORE_BUDGET = math.inf
-    learner.DROP_AFTER_ONE = math.inf
-    world = MPI.COMM_WORLD
-    nranks = world.Get_size()
-    # pool buffers first: a class whose private calls settle on MPI would never
-    # find out that pool-resident buffers run zero-copy (its placement stays)
-    cases = [(kind, op, s) for kind in ("pool", "private") for op in ops for s in sizes]
-    progress = bench.Progress(len(cases), enabled=world.Get_rank() == 0 and not args.quiet)
-    rows = []
-    wrapped = None
-    for kind, op, requested in cases:
-        if wrapped is None or kind != rows[-1][2]:
-            # a communicator per placement: each starts from nothing learned
-            if wrapped is not None:
-                wrapped.Free()   # writes what it learned into the cache (rank 0)
-            wrapped = cxlmpi.wrap(MPI.Intracomm(world).Dup())
-            stock = MPI.Intracomm(wrapped)
-        size = op.message_size(requested, nranks)
-        nsend, nrecv = op.counts(size // op.itemsize, nranks)
-        total = max(nsend, nrecv) * op.itemsize
-        progress.step(f"{op.name} {bench.format_size(size)} {kind}")
-        bufs = bench.make_buffers(op, size // op.itemsize, kind, wrapped)
-        fn, fargs = op.bind(wrapped, bufs)
-        warm, wargs = op.bind(stock, bufs)
-        for _ in range(2):   # first touches of the buffers: not what is learned
-            warm(*wargs)
-        calls = 0
-        # every rank reads the same (agreed) decision: the loops end alike
-        while calls < FILL_CALLS and (calls < 2 or select.decision(
-                wrapped, op.stat_key, total) is None):
-            fn(*fargs)
-            calls += 1
-        rows.append((op.name, bench.format_size(size), kind,
-                     select.decision(wrapped, op.stat_key, total) or "-", str(calls)))
-        del bufs, fn, fargs, warm, wargs
-    progress.close()
-    if wrapped is not None:
-        wrapped.Free()
-    if world.Get_rank() == 0:
-        print(_align([["collective", "size", "buffers", "chosen", "calls"]] + rows, left=3))
-        print(f"# cache: {path} (CXLMPI_CACHE); python -m cxlmpi --info lists it",
-              flush=True)
-    return 0
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Tune what `args` asks; the exit status (0, or 1 when writing failed)."""
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     ops, sizes = _check(args)
     if args.output is None:
-        return int(world.bcast(fill_cache(ops, sizes, args), root=0))
+        path = cache.cache_path(_settings("adaptive"))
+        if path is None:
+            raise TuneError("CXLMPI_CACHE=off: there is no cache to fill")
+        return int(world.bcast(fill_cache(ops, sizes, args, path), root=0))
     # Force the pool path at every size >= CXLMPI_THRESHOLD before cxlmpi's
     # settings are (re)read: the measurements must compare both paths.
     _settings("pool")

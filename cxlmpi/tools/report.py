@@ -1,0 +1,248 @@
+"""What the benchmark writes (cxlmpi.tools.bench): the table, CSV, JSON,
+the plot, and the progress lines on stderr."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["format_size", "format_table", "write_csv", "write_json", "plot_figure",
+           "write_plot", "plural", "align_rows", "Progress", "PATH_MARKERS", "PATH_LABELS",
+           "CSV_FIELDS"]
+
+
+def format_size(nbytes: int) -> str:
+    """'8 B', '64 KiB', '16 MiB', '1 GiB'; plain bytes when not a whole unit."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def _us(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value < 100:
+        return f"{value:.2f}"
+    if value < 10000:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def format_table(records: Sequence[dict[str, Any]], validated: bool) -> str:
+    """The records as an aligned text table."""
+    head = ["op", "size", "stock us", "min/max", "cxlmpi us", "min/max", "speedup",
+            "memcpy us", "cxlmpi/memcpy", "path", "chosen (learning calls)"] + \
+        (["check"] if validated else [])
+    rows = [head]
+    for r in records:
+        ratio = r["cxlmpi_per_memcpy"]
+        row = [r["op"], format_size(r["size"]) if r["op"] != "Barrier" else "-",
+               _us(r["stock_avg_us"]), f"{_us(r['stock_min_us'])}/{_us(r['stock_max_us'])}",
+               _us(r["cxlmpi_avg_us"]), f"{_us(r['cxlmpi_min_us'])}/{_us(r['cxlmpi_max_us'])}",
+               f"{r['speedup']:.2f}x", _us(r["memcpy_avg_us"]),
+               "-" if ratio is None else f"{ratio:.2f}x", r["path"],
+               "-" if r.get("choice") is None else
+               f"{r['choice']} ({r.get('learning_calls', 0)})"]
+        if validated:
+            row.append("ok" if r["valid"] else "FAIL")
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+CSV_FIELDS = ("op", "size", "requested_size", "total_bytes", "dtype", "count", "ranks",
+              "iterations", "warmup", "rounds",
+              "stock_avg_us", "stock_min_us", "stock_max_us",
+              "cxlmpi_avg_us", "cxlmpi_min_us", "cxlmpi_max_us", "speedup",
+              "memcpy_avg_us", "memcpy_min_us", "memcpy_max_us", "cxlmpi_per_memcpy",
+              "path", "pool_calls", "passthrough_calls", "learning_calls", "choice", "buffers",
+              "data_varying", "valid")
+
+
+def write_csv(path: str, records: Sequence[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def write_json(path: str, records: Sequence[dict[str, Any]], metadata: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump({"metadata": metadata, "records": list(records)}, f, indent=1,
+                  default=str)
+        f.write("\n")
+
+
+# How cxlmpi ran the calls of a record ("path"), as a marker of its points.
+PATH_MARKERS = {"pool": "o", "view": "D", "mixed": "s", "mpi": "x"}
+PATH_LABELS = {"pool": "cxlmpi: pool", "view": "cxlmpi: by reference",
+               "mixed": "cxlmpi: pool and MPI", "mpi": "cxlmpi: passed to MPI"}
+STOCK_COLOUR, SHIM_COLOUR, MEMCPY_COLOUR = "0.45", "tab:blue", "0.7"
+
+
+def _spread(median: float, values: Sequence[float]) -> tuple[float, float]:
+    """(below, above) the median to the min and max of the rounds (0 when
+    the record has no per-round figures)."""
+    if not values:
+        return 0.0, 0.0
+    return max(0.0, median - min(values)), max(0.0, max(values) - median)
+
+
+def _round_speedups(record: dict[str, Any]) -> list[float]:
+    """stock / cxlmpi of each round (the two alternate in every round)."""
+    pairs = zip(record.get("rounds_stock_avg_us") or [], record.get("rounds_cxlmpi_avg_us") or [])
+    return [s / c for s, c in pairs if c]
+
+
+def plot_figure(records: Sequence[dict[str, Any]],
+                metadata: dict[str, Any] | None = None) -> Figure:
+    """A matplotlib Figure of `records` (as ``--json`` writes them): one
+    panel per collective (small multiples, in the order measured), each a
+    latency plot (stock, cxlmpi and memcpy, µs) above a speedup plot
+    (stock / cxlmpi, log scale).  Only the sizes measured are drawn, as
+    points (no lines between them) with x ticks at exactly those sizes; the error bars
+    run from the fastest to the slowest round; cxlmpi's marker says how it
+    ran the calls (PATH_MARKERS: through the pool, or passed to MPI).
+    Barrier (no message size) is not drawn.  Each axes is labelled "<op>
+    latency" or "<op> speedup" (``Axes.get_label()``); needs matplotlib
+    (3.7 or later: the optional ``[bench]`` extra)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ops = list(dict.fromkeys(r["op"] for r in records if r["size"]))
+    if not ops:
+        raise ValueError("nothing to plot: no record with a message size")
+    ncols = min(3, len(ops))
+    nrows = math.ceil(len(ops) / ncols)
+    fig = Figure(figsize=(4.6 * ncols, 4.4 * nrows + 0.9), layout="constrained")
+    grid = fig.add_gridspec(nrows, ncols)
+    paths_seen: list[str] = []
+    for i, op in enumerate(ops):
+        rows = sorted((r for r in records if r["op"] == op), key=lambda r: r["size"])
+        sizes = [r["size"] for r in rows]
+        cell = grid[i // ncols, i % ncols].subgridspec(2, 1, height_ratios=[3, 2], hspace=0)
+        lat = fig.add_subplot(cell[0], label=f"{op} latency")
+        gain = fig.add_subplot(cell[1], sharex=lat, label=f"{op} speedup")
+        lat.set_title(op, fontsize="medium")
+        for label, colour, marker in (("stock", STOCK_COLOUR, "s"), ("memcpy", MEMCPY_COLOUR, "_")):
+            points = [(r["size"], r[f"{label}_avg_us"], r.get(f"rounds_{label}_avg_us") or [])
+                      for r in rows if r.get(f"{label}_avg_us") is not None]
+            if points:
+                lat.errorbar([p[0] for p in points], [p[1] for p in points],
+                             yerr=np.array([_spread(p[1], p[2]) for p in points]).T,
+                             fmt=marker, color=colour, ms=5, capsize=2, label=label)
+        for path in PATH_MARKERS:
+            group = [r for r in rows if r["path"] == path]
+            if not group:
+                continue
+            if path not in paths_seen:
+                paths_seen.append(path)
+            x = [r["size"] for r in group]
+            lat.errorbar(x, [r["cxlmpi_avg_us"] for r in group],
+                         yerr=np.array([_spread(r["cxlmpi_avg_us"],
+                                                r.get("rounds_cxlmpi_avg_us") or [])
+                                        for r in group]).T,
+                         fmt=PATH_MARKERS[path], color=SHIM_COLOUR, ms=6, capsize=2,
+                         mfc="none" if path == "mpi" else SHIM_COLOUR,
+                         label=PATH_LABELS[path])
+            gain.errorbar(x, [r["speedup"] for r in group],
+                          yerr=np.array([_spread(r["speedup"], _round_speedups(r))
+                                         for r in group]).T,
+                          fmt=PATH_MARKERS[path], color=SHIM_COLOUR, ms=6, capsize=2,
+                          label=PATH_LABELS[path])
+        lat.set_yscale("log")
+        lat.grid(True, which="major", alpha=0.3)
+        lat.tick_params(labelbottom=False)
+        if i % ncols == 0:
+            lat.set_ylabel("µs per call")
+            gain.set_ylabel("speedup")
+        gain.axhline(1.0, color="black", lw=0.8)
+        gain.set_yscale("log", base=2)  # 2x faster and 2x slower as far from 1
+        gain.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}x"))
+        gain.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        gain.set_xscale("log", base=2)
+        gain.xaxis.set_major_locator(FixedLocator(sizes))
+        gain.xaxis.set_minor_locator(NullLocator())
+        gain.set_xticks(sizes, [format_size(s) for s in sizes], fontsize="x-small",
+                        rotation=90 if len(sizes) > 4 else 0)
+        gain.set_xlim(sizes[0] / 1.5, sizes[-1] * 1.5)
+        gain.grid(True, axis="y", alpha=0.3)
+        if i // ncols == nrows - 1 or i + ncols >= len(ops):
+            gain.set_xlabel("message size")
+    handles = [Line2D([], [], ls="", marker="s", color=STOCK_COLOUR, label="stock MPI")]
+    handles += [Line2D([], [], ls="", marker=PATH_MARKERS[p], color=SHIM_COLOUR,
+                       mfc="none" if p == "mpi" else SHIM_COLOUR, label=PATH_LABELS[p])
+                for p in paths_seen]
+    handles.append(Line2D([], [], ls="", marker="_", color=MEMCPY_COLOUR,
+                          label="memcpy (reference)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+               fontsize="small", frameon=False)
+    title = "speedup = stock / cxlmpi; error bars: fastest to slowest round"
+    if metadata:
+        library = metadata["mpi_library"].split(",")[0].replace(" Version:", "")
+        title = (f"cxlmpi {metadata['cxlmpi_version']} vs stock {library}, "
+                 f"{plural(metadata['ranks'], 'rank')}, "
+                 f"{metadata['bench']['buffers']} buffers; {title}")
+    fig.suptitle(title, fontsize="medium")
+    return fig
+
+
+def write_plot(path: str, records: Sequence[dict[str, Any]], metadata: dict[str, Any]) -> None:
+    """Save `plot_figure(records, metadata)` to `path` (PNG, SVG, PDF: by
+    the suffix)."""
+    plot_figure(records, metadata).savefig(path, dpi=120)
+
+
+def align_rows(rows: list[list[str]], left: int = 1) -> str:
+    """A plain-text table of `rows` (the first one the header, ruled under
+    it): the first `left` columns aligned left, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if i < left else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 rank', '2 ranks'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+
+class Progress:
+    """'[i/n] op size' lines on stderr (rank 0): one overwritten line on a
+    terminal, one line each otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.done = total, enabled, 0
+        self.tty = enabled and sys.stderr.isatty()
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        line = f"[{self.done}/{self.total}] {text}"
+        sys.stderr.write(f"\r\033[K{line}" if self.tty else line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
