@@ -22,7 +22,7 @@ import pytest
 from cxlmpi._pool import Pool
 from harness import ROOT, SMALL_POOL_ENV, mpi_env, run_mpi
 
-from cxlmpi import _pool, backends, config
+from cxlmpi import _pool, backends, config, liveness, partitions, table_lock
 from cxlmpi.errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
 
 MIB = 1 << 20
@@ -527,7 +527,7 @@ def test_partition_memory_is_zero_for_the_next_job(tmp_path: Path, monkeypatch) 
 # ------------------------------------------------- liveness without pids
 
 def _lock_line(dev: backends.Device) -> list[int]:
-    return dev._load(backends.LOCK_AT // 8, backends.L_WORDS)
+    return dev._load(table_lock.LOCK_AT // 8, table_lock.L_WORDS)
 
 
 def test_lock_of_a_reused_pid_is_stale(tmp_path: Path, monkeypatch) -> None:
@@ -535,14 +535,14 @@ def test_lock_of_a_reused_pid_is_stale(tmp_path: Path, monkeypatch) -> None:
     process (start times differ) is taken at once, not after a minute."""
     dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
     other = os.getppid()                                   # alive, not the holder
-    word = backends.LOCK_AT // 8
+    word = table_lock.LOCK_AT // 8
     dev._store(word, [12345])
-    dev._store(word + backends.L_HOST, [backends.HOST, other,
-                                        backends._start_time(other) + 1, 0, 0, 12345])
-    monkeypatch.setattr(backends, "LOCK_WAIT_S", 2.0)
+    dev._store(word + table_lock.L_HOST, [liveness.HOST, other,
+                                        liveness.start_time(other) + 1, 0, 0, 12345])
+    monkeypatch.setattr(table_lock, "LOCK_WAIT_S", 2.0)
     with dev.locked():
-        assert _lock_line(dev)[backends.L_PID] == os.getpid()
-    assert _lock_line(dev) == [0] * backends.L_WORDS
+        assert _lock_line(dev)[table_lock.L_PID] == os.getpid()
+    assert _lock_line(dev) == [0] * table_lock.L_WORDS
     dev.close()
 
 
@@ -558,13 +558,13 @@ def test_a_rank_whose_pid_was_reused_holds_no_partition(tmp_path: Path, reused: 
     dev = fresh(f"file:{path}")
     entry, token, offset, _length = dev.claim(4 * MIB, 2)
     other = os.getppid()                                   # alive
-    line = [0] * (backends.CTRL_LINE // 8)
-    line[backends.CTRL_HOST] = backends.HOST
-    line[backends.CTRL_PID] = other
-    line[backends.CTRL_START] = backends._start_time(other) + (1 if reused else 0)
-    line[backends.CTRL_ATTACHED] = 1
+    line = [0] * (partitions.CTRL_LINE // 8)
+    line[partitions.CTRL_HOST] = liveness.HOST
+    line[partitions.CTRL_PID] = other
+    line[partitions.CTRL_START] = liveness.start_time(other) + (1 if reused else 0)
+    line[partitions.CTRL_ATTACHED] = 1
     with open(path, "r+b") as f:
-        f.seek(offset + backends.CTRL_AT + backends.CTRL_LINE)
+        f.seek(offset + partitions.CTRL_AT + partitions.CTRL_LINE)
         f.write(struct.pack(f"<{len(line)}Q", *line))
     dev.release(entry, token)
     if reused:
@@ -582,8 +582,8 @@ def test_a_rank_names_its_start_time_in_its_control_line(tmp_path: Path) -> None
     entry, token, offset, _length = dev.claim(4 * MIB, 2)
     pool = Pool.map_partition(dev.fd, offset, 2 * MIB, 0, 2, True, token, "p")
     mine = dev._control_lines(offset, 2)[0]
-    assert mine[backends.CTRL_PID] == os.getpid() and mine[backends.CTRL_ATTACHED] == 1
-    assert mine[backends.CTRL_START] == backends._start_time(os.getpid()) > 0
+    assert mine[partitions.CTRL_PID] == os.getpid() and mine[partitions.CTRL_ATTACHED] == 1
+    assert mine[partitions.CTRL_START] == liveness.start_time(os.getpid()) > 0
     pool.close()
     dev.release(entry, token)
     dev.close()
@@ -595,10 +595,10 @@ def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
     meanwhile: it hands that holder's token back and does not enter until
     the holder is gone."""
     dev = fresh(f"file:{make_file(tmp_path / 'pool', 16 * MIB)}")
-    word = backends.LOCK_AT // 8
+    word = table_lock.LOCK_AT // 8
     clock = [0.0]
     real = time.monotonic
-    monkeypatch.setattr(backends.time, "monotonic", lambda: real() + clock[0])
+    monkeypatch.setattr(table_lock.time, "monotonic", lambda: real() + clock[0])
     store = dev._store
     events = []
 
@@ -609,14 +609,14 @@ def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
             events.append("paused")
             clock[0] += 1.0
             store(word, [777])
-            store(word + backends.L_HOST, [backends.HOST, 2 ** 22 + 1, 1, 0, 0, 777])
+            store(word + table_lock.L_HOST, [liveness.HOST, 2 ** 22 + 1, 1, 0, 0, 777])
         store(at, values)
         if at == word and values == [777]:
             events.append("handed back")
 
     monkeypatch.setattr(dev, "_store", paused_store)
     with dev.locked():
-        assert _lock_line(dev)[backends.L_INSIDE] == _lock_line(dev)[backends.L_TOKEN] != 777
+        assert _lock_line(dev)[table_lock.L_INSIDE] == _lock_line(dev)[table_lock.L_TOKEN] != 777
     assert events == ["paused", "handed back"]
     assert dev.fischer_retries == 1
     dev.close()
