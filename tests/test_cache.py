@@ -23,6 +23,7 @@ from test_select import ALLREDUCE, Job, fixed
 
 from cxlmpi import _shim, cache, config, select
 from cxlmpi.errors import CXLMPIError
+from cxlmpi.select import Selector, interface
 
 FP = cache.fingerprint(2, "MPICH Version: 9.9", config.Config({}))
 ENTRY = {"best": "pool", "runner_up": "mpi", "seconds": {"pool": 1e-4, "mpi": 2e-4}}
@@ -289,3 +290,19 @@ def test_a_job_with_a_planted_cache_matches_stock(tmp_path) -> None:
     result = tagged_json(proc.stdout, "RESULT")
     assert result["wrong"] == 0 and result["decision"] == "pool+flat", result
     assert proc.stderr.count("cxlmpi: warning: the selection cache") == 1, proc.stderr
+
+
+def test_both_halves_keep_the_declared_interface() -> None:
+    """cxlmpi.select.interface names what each half of path selection calls
+    of the other: the compiled route table offers every method of
+    RouteTable and holds its policy (`selector`), the Selector answers
+    every method of Policy -- a rename on either side fails here, not in
+    the middle of a job's first header step."""
+    for protocol, kind in ((interface.RouteTable, _shim.Routes),
+                           (interface.Policy, Selector)):
+        wanted = [name for name, value in vars(protocol).items()
+                  if callable(value) and not name.startswith("_")]
+        assert wanted, protocol
+        missing = [name for name in wanted if not callable(getattr(kind, name, None))]
+        assert missing == [], f"{kind.__name__} lacks {missing} of {protocol.__name__}"
+    assert hasattr(_shim.Routes, "selector")

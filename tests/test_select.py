@@ -758,21 +758,3 @@ def test_a_first_run_times_only_its_warm_calls() -> None:
     result = tagged_json(proc.stdout, "RESULT")
     assert result == {"timed": [0, 0, 0, 0, 1, 2, 3, 4], "same": True}, result
 
-
-def test_both_halves_keep_the_declared_interface() -> None:
-    """cxlmpi.select.interface names what each half of path selection calls
-    of the other: the compiled route table offers every method of
-    RouteTable and holds its policy (`selector`), the Selector answers
-    every method of Policy -- a rename on either side fails here, not in
-    the middle of a job's first header step."""
-    from cxlmpi import _shim
-    from cxlmpi.select import interface
-
-    for protocol, kind in ((interface.RouteTable, _shim.Routes),
-                           (interface.Policy, Selector)):
-        wanted = [name for name, value in vars(protocol).items()
-                  if callable(value) and not name.startswith("_")]
-        assert wanted, protocol
-        missing = [name for name in wanted if not callable(getattr(kind, name, None))]
-        assert missing == [], f"{kind.__name__} lacks {missing} of {protocol.__name__}"
-    assert hasattr(_shim.Routes, "selector")
