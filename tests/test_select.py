@@ -757,4 +757,3 @@ def test_a_first_run_times_only_its_warm_calls() -> None:
     proc = run_mpi(2, [FIRST_RUN], env=ADAPTIVE_ENV)
     result = tagged_json(proc.stdout, "RESULT")
     assert result == {"timed": [0, 0, 0, 0, 1, 2, 3, 4], "same": True}, result
-
