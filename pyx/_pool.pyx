@@ -13,6 +13,8 @@ one extension made of one file per concern, each a layer on the one before::
                         token (whose memory it is)
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
+    pool/sizing.pxi     what each family's choice reads: bytes a step, a
+                        sub-slot, whether a call asks where buffers live
     pool/fold.pxi       rank-order folds shared by every reduction
     pool/bcast.pxi      Barrier and Bcast algorithms
     pool/reduce.pxi     Reduce, Allreduce and scan algorithms
@@ -21,7 +23,14 @@ one extension made of one file per concern, each a layer on the one before::
     pool/reserve.pxi    reserving pool memory (a data half only on first use),
                         and what a shortage of it becomes
     pool/pool.pxi       the Pool class: segment lifecycle, arenas, and one
-                        entry per collective that picks its algorithm
+                        entry per collective that marshals its call
+
+Each family file ends in one nogil run_<family> (run_barrier, run_bcast,
+run_reduce, run_scan, run_gather, run_exchange, run_reduce_scatter) that
+makes every choice of algorithm from the call's arguments, the pool's
+tunables and the variant flags (V_*) cxlmpi.select passes: a test pins any
+algorithm with those flags alone.  A Pool method only checks, signs and
+marshals its call, then runs one run_<family> without the GIL.
 
 The step protocol (one rule, every algorithm): at step s every rank writes what
 it publishes into its own half s % 2, release-stores seq = s, waits until every
@@ -131,6 +140,7 @@ include "pool/layout.pxi"
 include "pool/machine.pxi"
 include "pool/liveness.pxi"
 include "pool/protocol.pxi"
+include "pool/sizing.pxi"
 include "pool/fold.pxi"
 include "pool/bcast.pxi"
 include "pool/reduce.pxi"

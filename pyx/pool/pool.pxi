@@ -61,11 +61,6 @@ cdef class Pool:
     cdef readonly str name
     cdef readonly bint unlinked
     cdef readonly object locator   # what the others open: the name, or (path, name, inode)
-    # The tunables, set by `tune` (from the configuration); zero before.
-    cdef readonly size_t chunk_nbytes
-    cdef readonly size_t rsag_min_nbytes
-    cdef readonly size_t zerocopy_min_nbytes
-    cdef public int rsag_min_ranks
     cdef public object release   # called once after close (frees a partition)
     cdef public int hosts        # hosts its ranks run on, as MPI sees them
     cdef cxl_arena arena         # this rank's arena (cxl_alloc.h: no Python inside)
@@ -392,7 +387,7 @@ cdef class Pool:
         self.st.sig_pending = 0
         self.st.stream = 0
         self.st.took_zc = 0
-        self.rsag_min_ranks = 3
+        self.st.rsag_min_ranks = 3
         self.st.heap = self.st.base      # its own arenas, until share_heap
         self.st.heap_lo = h.arena_offset
         self.st.heap_hi = self.nbytes
@@ -435,9 +430,28 @@ cdef class Pool:
         tunes every pool it makes from the configuration, their one source;
         an untuned pool (zeros) still runs every collective correctly, one
         element a step."""
-        self.chunk_nbytes = chunk_nbytes
-        self.rsag_min_nbytes = rsag_min_nbytes
-        self.zerocopy_min_nbytes = zerocopy_min_nbytes
+        self.st.chunk_nbytes = chunk_nbytes
+        self.st.rsag_min_nbytes = rsag_min_nbytes
+        self.st.zerocopy_min_nbytes = zerocopy_min_nbytes
+
+    @property
+    def chunk_nbytes(self):
+        return self.st.chunk_nbytes
+
+    @property
+    def rsag_min_nbytes(self):
+        return self.st.rsag_min_nbytes
+
+    @property
+    def zerocopy_min_nbytes(self):
+        return self.st.zerocopy_min_nbytes
+
+    property rsag_min_ranks:
+        def __get__(self):
+            return self.st.rsag_min_ranks
+
+        def __set__(self, int value):
+            self.st.rsag_min_ranks = value
 
     def unlink(self):
         """Remove the segment's name; the mappings stay valid."""
@@ -684,19 +698,6 @@ cdef class Pool:
         if self.st.base == NULL or self.closing:
             raise ValueError("pool is closed")
 
-    cdef size_t _chunk(self, size_t itemsize, bint rsag, int flags):
-        """Bytes one rank publishes per step: whole elements that fit a half
-        (with room for the 1/p result slice in the reduce-scatter case);
-        CXLMPI_CHUNK_SIZE, or the whole half with the V_BIGCHUNK variant."""
-        cdef size_t cap = self.st.half_nbytes
-        if rsag:
-            cap = cap * self.st.size // (self.st.size + 1) - itemsize
-        cdef size_t chunk = self.chunk_nbytes if self.chunk_nbytes < cap else cap
-        if flags & V_BIGCHUNK:
-            chunk = cap
-        chunk -= chunk % itemsize
-        return chunk if chunk >= itemsize else itemsize
-
     cdef _ready(self, str what):
         """(after a call's `_expect`: first data through a lazily reserved
         pool) `ready_halves`: the data halves reserved on every rank, or
@@ -831,7 +832,7 @@ cdef class Pool:
         cdef int rc
         self._expect("Barrier", -1, -1, -1, 0, 0)
         with nogil:
-            rc = alg_barrier(&self.st)
+            rc = run_barrier(&self.st)
         self._done(rc, "Barrier")
 
     def bcast(self, uintptr_t address, size_t nbytes, int root, int flags=0):
@@ -839,18 +840,11 @@ cdef class Pool:
         with the variant `flags` (V_*); True when it ran zero-copy (every
         rank alike)."""
         self._check()
-        cdef size_t chunk = self._chunk(1, False, flags)
-        cdef int rc = OK
-        cdef bint zc = self._zerocopy(nbytes)
-        cdef uint64_t mine = 0, theirs = 0
+        cdef int rc
         self._expect("Bcast", root, -1, -1, nbytes, 0, flags)
         self._ready("Bcast")
-        if zc and self.st.rank == root:
-            mine = resident(&self.st, <const char *>address, nbytes)
-        elif zc:
-            theirs = resident(&self.st, <const char *>address, nbytes)
         with nogil:
-            rc = run_bcast(&self.st, <char *>address, nbytes, root, chunk, zc, mine, theirs)
+            rc = run_bcast(&self.st, <char *>address, nbytes, root, flags)
         self._done(rc, "Bcast")
         return self.st.took_zc != 0
 
@@ -862,54 +856,15 @@ cdef class Pool:
         True when it ran zero-copy (every rank alike)."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        # Two ranks move the same bytes across cores either way, and the
-        # everyone-reduces-all algorithm takes one step per chunk instead of
-        # two: by default reduce-scatter + allgather from three ranks on.
-        cdef bint rsag = (self.st.size >= self.rsag_min_ranks
-                          and count * itemsize >= self.rsag_min_nbytes)
-        if flags & V_RSAG:
-            rsag = True
-        elif flags & V_FLAT:
-            rsag = False
-        rsag = rsag and count >= <size_t>self.st.size
-        cdef size_t chunk = self._chunk(itemsize, rsag, flags)
-        cdef int rc = OK
-        cdef size_t nbytes = count * itemsize
-        cdef bint zc = self._zerocopy(nbytes)
-        cdef uint64_t send1 = 0, recv1 = 0
-        self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0, flags)
-        self._ready("Allreduce" if root < 0 else "Reduce")
-        if zc:
-            send1 = resident(&self.st, <const char *>sendaddr, nbytes)
-            if root < 0 or root == self.st.rank:
-                recv1 = resident(&self.st, <const char *>recvaddr, nbytes)
+        cdef int rc
+        what = "Allreduce" if root < 0 else "Reduce"
+        self._expect(what, root, op, tcode, count * itemsize, 0, flags)
+        self._ready(what)
         with nogil:
             rc = run_reduce(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
-                            itemsize, fn, root, rsag, chunk, zc, send1, recv1)
-        self._done(rc, "Allreduce" if root < 0 else "Reduce")
+                            itemsize, fn, root, flags)
+        self._done(rc, what)
         return self.st.took_zc != 0
-
-    cdef bint _zerocopy(self, size_t nbytes):
-        """Whether a collective of `nbytes` first asks where every rank's
-        buffers live (the same answer on every rank: the pool has arenas,
-        and the size is past zerocopy_min_nbytes)."""
-        return (self.st.heap_lo < self.st.heap_hi and nbytes >= self.zerocopy_min_nbytes
-                and self.st.size <= MAX_ZC_RANKS)
-
-    cdef bint _zerocopy_tables(self, size_t nbytes):
-        """`_zerocopy`, and room in a half for the three tables of p words
-        the personalized collectives publish."""
-        return self._zerocopy(nbytes) and <size_t>self.st.size * 24 <= self.st.half_nbytes
-
-    def _sub(self, size_t itemsize, int flags=0):
-        """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
-        cdef size_t sub = self.st.half_nbytes // self.st.size
-        cdef size_t chunk = self.chunk_nbytes
-        if chunk < sub and not flags & V_BIGCHUNK:
-            sub = chunk
-        sub -= sub % 64
-        sub -= sub % itemsize
-        return sub if sub >= itemsize else itemsize
 
     def agree(self, uint64_t value, str what="header step", int root=-1,
               uint64_t pairs=0):
@@ -951,24 +906,12 @@ cdef class Pool:
         self._expect(what, root, -1, -1, max_nbytes, pairs, flags)
         self._ready(what)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
-        cdef size_t chunk = self._chunk(1, False, flags)
-        cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
-        cdef int rc = OK, p = self.st.size
-        cdef bint zc = self._zerocopy_tables(max_nbytes * p), done = False
-        cdef bint reader = root < 0 or root == self.st.rank
-        # As a personalized exchange: the same block for every rank; off the
-        # root of a Gather nothing is received.
-        cdef _Arrays send = _Arrays([sendaddr] * p, [send_nbytes] * p) if zc else None
-        cdef _Arrays into = recv if reader or not zc else _Arrays([0] * p, [0] * p)
+        cdef int rc
         with nogil:
-            if zc:
-                rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
-                                     into.addr, into.nbytes, &done)
-            if rc == OK and not done:
-                rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
-                                recv.addr, recv.nbytes, root, nsteps, chunk)
+            rc = run_gather(&self.st, <const char *>sendaddr, send_nbytes, recv.addr,
+                            recv.nbytes, root, max_nbytes, flags)
         self._done(rc, what)
-        return done
+        return self.st.took_zc != 0
 
     def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
                  size_t max_nbytes, str what, int root=-1, uint64_t pairs=0,
@@ -983,19 +926,12 @@ cdef class Pool:
         self._ready(what)
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
-        cdef size_t sub = self._sub(1, flags)
-        cdef size_t nsteps = (max_nbytes + sub - 1) // sub
-        cdef int rc = OK
-        cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size), done = False
+        cdef int rc
         with nogil:
-            if zc:
-                rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
-                                     recv.addr, recv.nbytes, &done)
-            if rc == OK and not done:
-                rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
-                                  recv.addr, recv.nbytes, nsteps, sub)
+            rc = run_exchange(&self.st, <const char **>send.addr, send.nbytes, recv.addr,
+                              recv.nbytes, max_nbytes, flags)
         self._done(rc, what)
-        return done
+        return self.st.took_zc != 0
 
     def reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr,
                        size_t itemsize, int op, int tcode, bint inplace, str what,
@@ -1006,41 +942,18 @@ cdef class Pool:
         result; `flags`: the variant (V_*).  True when it ran zero-copy."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        cdef _Arrays send = _Arrays(send_addrs, counts)
+        cdef _Arrays send = _Arrays(send_addrs, counts)   # nbytes: the counts
         # every rank passes the same counts: their hash must agree
         self._expect(what, -1, op, tcode,
                      (counts_hash(send.nbytes, self.st.size) ^ itemsize) & ((1 << 56) - 1),
                      0, flags)
         self._ready(what)
-        cdef size_t sub_count = self._sub(itemsize, flags) // itemsize
-        cdef size_t nsteps = 0, q
-        cdef size_t total = 0
-        for q in range(self.st.size):
-            nsteps = max(nsteps, (send.nbytes[q] + sub_count - 1) // sub_count)
-            total += send.nbytes[q] * itemsize
-        cdef int rc = OK
-        # In place the result overwrites the start of the send buffer, which
-        # rank 0 may still be reading: the copying path then.
-        cdef bint zc = self._zerocopy_tables(total) and not inplace
-        cdef bint all_resident = False, push = False
-        cdef _Arrays blocks = _Arrays(send_addrs, [c * itemsize for c in counts]) \
-            if zc else None
-        cdef _Arrays nothing = _Arrays([0] * self.st.size, [0] * self.st.size) \
-            if zc else None
+        cdef int rc
         with nogil:
-            if zc:
-                rc = publish_block_offsets(&self.st, <const char **>blocks.addr,
-                                           blocks.nbytes, nothing.addr, nothing.nbytes,
-                                           &all_resident, &push)
-            if rc == OK and zc and all_resident:
-                rc = alg_reduce_scatter_pull(&self.st, fn, <char *>recvaddr,
-                                             send.nbytes[self.st.rank], itemsize)
-            elif rc == OK:
-                rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
-                                        <char *>recvaddr, itemsize, fn, nsteps, sub_count,
-                                        inplace)
+            rc = run_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
+                                    <char *>recvaddr, itemsize, fn, inplace, flags)
         self._done(rc, what)
-        return zc and all_resident
+        return self.st.took_zc != 0
 
     def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
              size_t itemsize, int op, int tcode, bint exclusive, int flags=0):
@@ -1048,16 +961,14 @@ cdef class Pool:
         contributions of ranks 0 .. r (0 .. r-1); `flags`: the variant."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        cdef size_t chunk = self._chunk(itemsize, False, flags)
-        cdef int nranks = self.st.rank if exclusive else self.st.rank + 1
         cdef int rc
-        self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0,
-                     flags)
-        self._ready("Exscan" if exclusive else "Scan")
+        what = "Exscan" if exclusive else "Scan"
+        self._expect(what, -1, op, tcode, count * itemsize, 0, flags)
+        self._ready(what)
         with nogil:
-            rc = alg_fold_prefix(&self.st, <const char *>sendaddr, <char *>recvaddr,
-                                 count, itemsize, fn, -1, nranks, chunk)
-        self._done(rc, "Exscan" if exclusive else "Scan")
+            rc = run_scan(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
+                          itemsize, fn, exclusive, flags)
+        self._done(rc, what)
 
 
 cdef char *BYTE_FORMAT = "B"
