@@ -13,6 +13,7 @@ one extension made of one file per concern, each a layer on the one before::
                         token (whose memory it is)
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
+    pool/signatures.pxi whether the ranks' calls match (after a first step)
     pool/sizing.pxi     what each family's choice reads: bytes a step, a
                         sub-slot, whether a call asks where buffers live
     pool/fold.pxi       rank-order folds shared by every reduction
@@ -150,6 +151,7 @@ include "pool/layout.pxi"
 include "pool/machine.pxi"
 include "pool/liveness.pxi"
 include "pool/protocol.pxi"
+include "pool/signatures.pxi"
 include "pool/sizing.pxi"
 include "pool/fold.pxi"
 include "pool/bcast.pxi"
