@@ -146,6 +146,12 @@ ctypedef struct state_t:
     int sig_pending        # the next step is this call's first
     int stream             # this call publishes with streaming stores (a variant)
     int took_zc            # this call ran zero-copy (every rank alike)
+    # The tunables (Pool.tune; zero before), alike on every rank: what each
+    # family's run_<family> reads to pick its algorithm (pool/sizing.pxi)
+    size_t chunk_nbytes        # bytes a rank publishes per step (CXLMPI_CHUNK_SIZE)
+    size_t rsag_min_nbytes     # the smallest reduce-scatter + allgather reduction
+    size_t zerocopy_min_nbytes  # the smallest call that asks where buffers live
+    int rsag_min_ranks         # ... and its fewest ranks
     # liveness (pool/liveness.pxi): the backing file as this rank's own open
     # file description (-1: none), where the mapping starts in it, the
     # partition's token (0: a shm pool), and after ERR_PEER_GONE judged by
