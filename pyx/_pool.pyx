@@ -16,6 +16,7 @@ one extension made of one file per concern, each a layer on the one before::
                         token (whose memory it is)
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
+    pool/signatures.pxi whether the ranks' calls match (after a first step)
     pool/fold.pxi       rank-order folds shared by every reduction
     pool/bcast.pxi      Barrier and Bcast algorithms
     pool/reduce.pxi     Reduce, Allreduce and scan algorithms
@@ -135,6 +136,7 @@ include "pool/layout.pxi"
 include "pool/machine.pxi"
 include "pool/liveness.pxi"
 include "pool/protocol.pxi"
+include "pool/signatures.pxi"
 include "pool/fold.pxi"
 include "pool/bcast.pxi"
 include "pool/reduce.pxi"

@@ -142,32 +142,6 @@ cdef void mark_passed(void *state) noexcept nogil:
         wake_sleepers(st)
 
 
-cdef int check_signatures(state_t *st) noexcept nogil:
-    """After the first step of a call: every rank made the same call (the
-    same collective, root, op, type and bytes), and the blocks the ranks
-    send match those they receive (the sum of the third words is zero:
-    each rank adds a hash of every block it sends and subtracts one of
-    every block it receives).  All ranks read the same words, so all reach
-    the same verdict."""
-    cdef int q
-    cdef cxl_ctrl *line
-    cdef uint64_t pairs = 0
-    for q in range(st.size):
-        line = ctrl(st, q)
-        if st.sw and q != st.rank:
-            cxl_flush(line.sig, LINE_NBYTES, 1)
-        if line.sig[0][st.step & 1] != st.sig[0] or line.sig[1][st.step & 1] != st.sig[1]:
-            st.failed_rank = q
-            st.failed_code = ERR_MISMATCH
-            return ERR_MISMATCH
-        pairs += line.sig[2][st.step & 1]
-    if pairs != 0:
-        st.failed_rank = -1
-        st.failed_code = ERR_MISMATCH
-        return ERR_MISMATCH
-    return OK
-
-
 cdef inline void copy_in(state_t *st, void *slot, const void *src, size_t n) noexcept nogil:
     """Copy what this rank publishes into its half (in sw mode, or when the
     call's variant says so, with streaming stores straight to memory: no
