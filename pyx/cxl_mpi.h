@@ -95,20 +95,54 @@ static inline int cxl_mpi_barrier(cxl_h c)
     return CXL_MPI_CALL(CXL_MPI_BARRIER, (int), (void *), (CXL_I(c)), (CXL_P(c)));
 }
 
+/* How a rank waits between tests of a request only its peers can complete:
+ * spinning first (the peers are usually microseconds behind), then
+ * yielding the core for 10 ms (a peer may be queued behind this rank on
+ * it), then sleeping between tests, from 1 us doubling to 1 ms, so that a
+ * rank whose peers still compute does not take a core from them where
+ * ranks outnumber cores.  1 once `timeout_s` (> 0) has passed since the
+ * first pause, else 0. */
+typedef struct {
+    uint64_t polls;
+    double first_s;
+    long sleep_ns;
+} cxl_pause;
+
+static inline double cxl_mpi_now_s(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
+static inline int cxl_mpi_pause(cxl_pause *p, double timeout_s)
+{
+    if (++p->polls < 1024)
+        return 0;
+    double now_s = cxl_mpi_now_s();
+    if (p->first_s == 0.0)
+        p->first_s = now_s;
+    if (now_s - p->first_s < 0.01) {
+        sched_yield();
+    } else {
+        struct timespec nap = {0, p->sleep_ns < 1000 ? 1000 : p->sleep_ns};
+        nanosleep(&nap, NULL);
+        p->sleep_ns = nap.tv_nsec >= 500000 ? 1000000 : 2 * nap.tv_nsec;
+    }
+    return timeout_s > 0 && now_s - p->first_s > timeout_s;
+}
+
 /* The end of a pool collective under CXLMPI_ORDERING (see _shim `order`):
- * MPI_Ibarrier on `c`, then MPI_Test until it completes -- spinning a
- * little, then yielding the core between tests (a peer may be queued
- * behind this rank on it) -- or until `timeout_s` (0: never) has passed
- * since the first yield: 1 then, the barrier left pending (the caller
+ * MPI_Ibarrier on `c`, then MPI_Test until it completes, pausing between
+ * tests (`cxl_mpi_pause`), or until `timeout_s` (0: never) has passed
+ * since the first pause: 1 then, the barrier left pending (the caller
  * never uses `c` again).  0 when it completed or MPI failed (`*ierr`). */
 static int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
 {
     int ireq = 0, flag = 0;
     void *preq = NULL;
     uint64_t status[32];   /* larger than any MPI_Status */
-    uint64_t polls = 0;
-    double deadline_s = 0.0;
-    struct timespec now;
+    cxl_pause pause = {0, 0.0, 0};
     *ierr = cxl_mpi_int
         ? ((int (*)(int, int *))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_I(c), &ireq)
         : ((int (*)(void *, void **))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_P(c), &preq);
@@ -118,17 +152,8 @@ static int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
             : ((int (*)(void **, int *, void *))cxl_mpi_fn[CXL_MPI_TEST])(&preq, &flag, status);
         if (flag || *ierr)
             break;
-        if (++polls < 1024)
-            continue;
-        sched_yield();
-        if (timeout_s > 0 && (polls & 255) == 0) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            double now_s = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-            if (deadline_s == 0.0)
-                deadline_s = now_s + timeout_s;
-            else if (now_s > deadline_s)
-                return 1;
-        }
+        if (cxl_mpi_pause(&pause, timeout_s))
+            return 1;
     }
     return 0;
 }

@@ -61,13 +61,15 @@ def test_mpi_traffic_before_a_pool_collective_is_there_after_it(nranks: int,
         assert missing["cxlmpi"] == missing["stock"], (pattern, result)
 
 
-def test_a_peer_that_skips_the_end_of_a_pool_collective_is_an_error() -> None:
+@pytest.mark.parametrize("library", ["found", "--without-library"])
+def test_a_peer_that_skips_the_end_of_a_pool_collective_is_an_error(library: str) -> None:
     """Rank 1 runs an Allreduce's pool steps and leaves before the MPI
     barrier that ends it (as a rank that raised right there would): rank 0
     raises CXLMPITimeoutError within CXLMPI_TIMEOUT, saying that a peer did
     not reach the end of the collective, where a blocking barrier waited
-    for ever."""
-    job = launch_mpi(2, ["tests/scripts/order_branch.py"],
+    for ever -- also where the MPI library's functions were not found and
+    the barrier goes through mpi4py (a blocking Barrier there, before)."""
+    job = launch_mpi(2, ["tests/scripts/order_branch.py", "skip", library],
                      env={"CXLMPI_TIMEOUT": "3", "CXLMPI_TUNING": "pool"}, timeout=60)
     # (both leave without MPI_Finalize, which Open MPI's launcher reports)
     assert not job.timed_out, job.describe()
@@ -76,6 +78,26 @@ def test_a_peer_that_skips_the_end_of_a_pool_collective_is_an_error() -> None:
     assert lines[0].startswith("BRANCH 0 raised CXLMPITimeoutError"), job.describe()
     assert "did not reach its end within 3 s" in lines[0], job.describe()
     assert lines[1] == "BRANCH 1 skipped the barrier", job.describe()
+
+
+@pytest.mark.parametrize("library", ["found", "--without-library"])
+def test_a_rank_waiting_for_a_late_peer_leaves_it_the_core(library: str) -> None:
+    """Rank 1 reaches the MPI barrier that ends a pool Allreduce after 2 s
+    of computing: rank 0 returns, and spends a third of the CPU share
+    rank 1 got for its computing, or less, on its wait (it sleeps between
+    tests once the peer is 10 ms late).  It yielded the core between
+    tests, before, which took as much CPU as the computing peer got (on a
+    quiet machine, all of a core: a core that ranks outnumbering the cores
+    take from their peers)."""
+    job = launch_mpi(2, ["tests/scripts/order_branch.py", "late", library],
+                     env={"CXLMPI_TUNING": "pool"}, timeout=60)
+    assert not job.timed_out and job.returncode == 0, job.describe()
+    lines = sorted(x for x in job.stdout.splitlines() if x.startswith("BRANCH "))
+    assert len(lines) == 2, job.describe()
+    assert lines[0].startswith("BRANCH 0 returned cpu share "), job.describe()
+    assert lines[1].startswith("BRANCH 1 made the barrier late cpu share "), job.describe()
+    waiting, computing = (float(line.split("cpu share ")[1]) for line in lines)
+    assert waiting <= computing / 3, job.describe()
 
 
 @pytest.mark.parametrize("nranks, coherence", [(2, "auto"), (3, "auto"), (2, "sw")])

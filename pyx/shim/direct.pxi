@@ -21,6 +21,11 @@ cdef extern from "cxl_mpi.h" nogil:
     int cxl_mpi_resolve(const char *module, int handle_bytes)
     cxl_h cxl_mpi_read(const void *where)
     int cxl_mpi_barrier(cxl_h c)
+    ctypedef struct cxl_pause:
+        uint64_t polls
+        double first_s
+        long sleep_ns
+    int cxl_mpi_pause(cxl_pause *p, double timeout_s)
     int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
     int cxl_mpi_order_abandon(cxl_h c)
     int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)
@@ -61,6 +66,16 @@ def _straight_library():
 
 found = _straight_library()
 straight = found and configured and not disabled   # (configure sets it anew)
+
+
+def _without_library():
+    """For tests: behave as where the library's functions were not found
+    (pass-through calls through mpi4py, `order` through mpi4py's
+    Ibarrier).  Call it on every rank before any collective."""
+    global found, straight
+    found = straight = False
+
+
 cdef void *IN_PLACE_P = <void *><Py_ssize_t>int(MPI.IN_PLACE)
 cdef cxl_h COMM_NULL_H = MPI.COMM_NULL.handle
 cdef cxl_h BYTE_H = MPI.BYTE.handle

@@ -276,16 +276,39 @@ cdef int order(object comm, int which) except -1:
     cdef cxl_h h = cxl_mpi_read(<const void *>at) if at else 0
     cdef int ierr = 0, late
     if h == 0 or h == COMM_NULL_H:
-        probe.Barrier()
-        return 0
-    with nogil:
-        late = cxl_mpi_order(h, order_timeout_s, &ierr)
-    if ierr != 0:
-        raise MPI.Exception(ierr)
+        late = order_through_mpi4py(probe)
+    else:
+        with nogil:
+            late = cxl_mpi_order(h, order_timeout_s, &ierr)
+        if ierr != 0:
+            raise MPI.Exception(ierr)
     if late:
         what = COLLECTIVES[which] if which >= 0 else "an object collective"
         raise _order_failed(comm, state, what)
     return 0
+
+
+cdef int order_through_mpi4py(object probe) except -1:
+    """`order`'s barrier where the library's functions were not found: the
+    same nonblocking barrier through mpi4py, tested with the same pauses
+    until CXLMPI_TIMEOUT (1 then, else 0)."""
+    request = probe.Ibarrier()
+    cdef cxl_pause pause
+    cdef int late = 0
+    pause.polls = pause.sleep_ns = 0
+    pause.first_s = 0
+    while not late and not request.Test():
+        with nogil:
+            late = cxl_mpi_pause(&pause, order_timeout_s)
+    if late:
+        _pending.append(request)
+    return late
+
+
+# Barriers left pending by `order` and `abandon_order` through mpi4py: a
+# nonblocking collective's request may not be freed before it completes
+# (MPI_Request_free on one is erroneous), which dropping it would do.
+_pending = []
 
 
 cdef void abandon_order(object state) noexcept:
@@ -294,7 +317,13 @@ cdef void abandon_order(object state) noexcept:
     judged gone) while its peers finished lets them finish, instead of
     leaving them to wait out CXLMPI_TIMEOUT.  The communicator's pool is
     closed after this: nothing else is posted on it."""
-    if state is None or state.order is None or not found or not state.order_at:
+    if state is None or state.order is None:
+        return
+    if not found or not state.order_at:
+        try:
+            _pending.append(state.order.Ibarrier())
+        except Exception:  # noqa: BLE001 - already failing: nothing to add
+            pass
         return
     cdef uintptr_t at = state.order_at
     cdef cxl_h h = cxl_mpi_read(<const void *>at)
