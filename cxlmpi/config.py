@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
+from ._pool import COLLECTIVES  # the intercepted collectives, by index (pyx/cxl_codes.h)
 from .errors import CXLMPIConfigError
 
 __all__ = ["Variable", "VARIABLES", "AGREED", "INTERNAL", "Config", "get", "reload",
@@ -464,13 +465,6 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         """Every setting by variable name."""
         return {var.name: getattr(self, var.key) for var in VARIABLES}
-
-
-COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
-               "allgatherv", "gather", "gatherv", "scatter", "scatterv",
-               "alltoall", "alltoallv", "reduce_scatter_block",
-               "reduce_scatter", "scan", "exscan")
-
 
 
 def _read_tuning(path: str) -> dict[str, Any]:

@@ -6,6 +6,9 @@ The layout of a segment (header, one control line per rank, two data halves
 per rank, the arenas) is declared once, in pyx/cxl_layout.h.  The module is
 one extension made of one file per concern, each a layer on the one before::
 
+    codes.pxi           the numbers shared with Python and cxlmpi._shim
+                        (collectives, variant flags, path codes, size
+                        classes; declared in pyx/cxl_codes.h)
     pool/layout.pxi     the layout as this rank sees it; status and kernel codes
     pool/machine.pxi    CPU features, cache flushes (and their emulation), NUMA
                         binding, host identity
@@ -147,6 +150,7 @@ cdef extern from "cxl_emulate.h" nogil:
     int CXL_EMU_FAULT_SKIP_INVALIDATE
 
 
+include "codes.pxi"
 include "pool/layout.pxi"
 include "pool/machine.pxi"
 include "pool/liveness.pxi"

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "COLLECTIVES",
+    "BENCHMARKS",
     "DEFAULT_OPS",
     "BUFFER_KINDS",
     "Collective",
@@ -194,7 +194,8 @@ def _bind_barrier(comm: MPI.Intracomm, b: Buffers) -> tuple[Callable[..., Any], 
     return comm.Barrier, ()
 
 
-COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
+# The collectives this tool measures, by mpi4py method name (`--ops`).
+BENCHMARKS: dict[str, Collective] = {c.name: c for c in (
     Collective("Allreduce", "f8", _same, _sum("Allreduce"), _everywhere),
     Collective("Reduce", "f8", _same, _sum("Reduce"), _at_root),
     Collective("Bcast", "u1", lambda n, p: (n, 0), _bind_bcast, _everywhere),
@@ -758,7 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SIZE_HELP)
     ap.add_argument("--ops", default=",".join(DEFAULT_OPS),
                     help="comma-separated collectives, or 'all' (default: %(default)s); "
-                         f"known: {', '.join(COLLECTIVES)}")
+                         f"known: {', '.join(BENCHMARKS)}")
     ap.add_argument("--sizes", help="explicit comma-separated sizes, e.g. 8,64K,1M "
                                     "(overrides --min-size/--max-size)")
     ap.add_argument("--min-size", default=DEFAULT_MIN_SIZE,
@@ -818,12 +819,12 @@ def size_list(sizes: str | None, min_size: str, max_size: str) -> list[int]:
 
 def _op_list(text: str) -> list[Collective]:
     if text.strip().lower() == "all":  # Bcast_view needs --buffers pool: by name only
-        return [op for op in COLLECTIVES.values() if op.name != "Bcast_view"]
-    by_lower = {name.lower(): op for name, op in COLLECTIVES.items()}
+        return [op for op in BENCHMARKS.values() if op.name != "Bcast_view"]
+    by_lower = {name.lower(): op for name, op in BENCHMARKS.items()}
     ops = []
     for name in (n.strip() for n in text.split(",") if n.strip()):
         if name.lower() not in by_lower:
-            raise ValueError(f"unknown collective {name!r} (known: {', '.join(COLLECTIVES)})")
+            raise ValueError(f"unknown collective {name!r} (known: {', '.join(BENCHMARKS)})")
         ops.append(by_lower[name.lower()])
     if not ops:
         raise ValueError("--ops: no collective given")

@@ -213,13 +213,8 @@ DEF BLOCK_TMP = 8192
 DEF STREAM_MIN_NBYTES = 4 * 1024 * 1024
 DEF MAX_ZC_RANKS = 1024
 
-# Variant flags of a pool call (cxlmpi.select picks them; 0: the defaults).
-DEF V_STREAM = 1     # publish with streaming stores (no dirty lines to snoop)
-DEF V_BIGCHUNK = 2   # steps of a whole half instead of CXLMPI_CHUNK_SIZE
-DEF V_RSAG = 4       # reductions: reduce-scatter + allgather
-DEF V_FLAT = 8       # reductions: every receiver folds everything
-VARIANT_FLAGS = {"stream": V_STREAM, "bigchunk": V_BIGCHUNK, "rsag": V_RSAG,
-                 "flat": V_FLAT}
+# Variant flags of a pool call (V_STREAM, V_BIGCHUNK, V_RSAG, V_FLAT):
+# pyx/cxl_codes.h, through pyx/codes.pxi.
 
 
 cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:
