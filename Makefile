@@ -16,7 +16,7 @@ PY_OMPI := $(VENV_OMPI)/bin/python
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
 	CXLMPI_TEST_OPENMPI=1
-SOURCES := $(wildcard cxlmpi/*.py cxlmpi/*/*.py cxlmpi/*.json pyx/*.pyx pyx/*.pxd pyx/pool/*.pxi pyx/shim/*.pxi pyx/*.h) setup.py pyproject.toml
+SOURCES := $(wildcard cxlmpi/*.py cxlmpi/*/*.py cxlmpi/*.json pyx/*.pyx pyx/*.pxd pyx/*.pxi pyx/pool/*.pxi pyx/shim/*.pxi pyx/*.h) setup.py pyproject.toml
 
 .PHONY: all demo test test-mpich test-openmpi lint bench multihost tune info clean
 
@@ -56,7 +56,7 @@ test-openmpi: $(VENV_OMPI)/.built
 
 lint: $(VENV)/.built
 	$(VENV)/bin/ruff check .
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cython-lint pyx/*.pyx pyx/*.pxd pyx/pool/*.pxi pyx/shim/*.pxi
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cython-lint pyx/*.pyx pyx/*.pxd pyx/*.pxi pyx/pool/*.pxi pyx/shim/*.pxi
 
 bench: $(VENV)/.built
 	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.bench --ops all --sizes 8,64K,1M,16M --validate

@@ -19,10 +19,11 @@ extensions = [
               extra_compile_args=COMPILE_ARGS,
               depends=["pyx/cxl_kernels.h", "pyx/cxl_emulate.h", "pyx/cxl_alloc.h",
                        "pyx/cxl_alloc.pxd", "pyx/cxl_layout.h", "pyx/cxl_lock.h",
-                       *glob.glob("pyx/pool/*.pxi")]),
+                       "pyx/cxl_codes.h", "pyx/codes.pxi", *glob.glob("pyx/pool/*.pxi")]),
     Extension("cxlmpi._shim", ["pyx/_shim.pyx"], include_dirs=["pyx"],
               extra_compile_args=COMPILE_ARGS,
-              depends=["pyx/cxl_mpi.h", *glob.glob("pyx/shim/*.pxi")]),
+              depends=["pyx/cxl_mpi.h", "pyx/cxl_codes.h", "pyx/codes.pxi",
+                       *glob.glob("pyx/shim/*.pxi")]),
     # The NumPy allocation hook (NEP 49): the only part built against NumPy.
     Extension("cxlmpi._alloc", ["pyx/_alloc.pyx"], include_dirs=["pyx", numpy.get_include()],
               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -15,10 +15,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
+from ._pool import COLLECTIVES  # the intercepted collectives, by index (pyx/cxl_codes.h)
 from .errors import CXLMPIConfigError
 
 __all__ = ["Variable", "VARIABLES", "AGREED", "INTERNAL", "Config", "get", "reload",
-           "parse_size", "unknown", "describe_unknown", "on_change"]
+           "parse_size", "plain", "unknown", "describe_unknown", "on_change"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -116,11 +117,15 @@ def _parse_timeout(text: str) -> float:
 
 @dataclass(frozen=True)
 class Variable:
-    """One setting: environment name, parser, default (as text), meaning,
-    and whether every rank must see the same value (`agreed`: it decides
-    which path a call takes or how the pool is laid out, so ranks that
-    disagree would take different paths and deadlock).  `agreed` has no
-    default: every setting says it deliberately."""
+    """One setting, described once: environment name, parser (its type),
+    default (as text), meaning, and whether every rank must see the same
+    value (`agreed`: it decides which path a call takes or how the pool is
+    laid out, so ranks that disagree would take different paths and
+    deadlock).  `agreed` has no default: every setting says it
+    deliberately.  `doc` is one paragraph, Markdown (`code`, *see also*):
+    its first sentence is the summary that the command line's usage text
+    shows; the README's settings table and --info print all of it
+    (cxlmpi.info)."""
 
     name: str
     parse: Callable[[str], Any]
@@ -133,146 +138,169 @@ class Variable:
         """Attribute name on `Config` (CXLMPI_POOL_SIZE -> pool_size)."""
         return self.name[len("CXLMPI_"):].lower()
 
+    @property
+    def summary(self) -> str:
+        """The first sentence of `doc`, without its full stop."""
+        return self.doc.split(". ", 1)[0].rstrip(".")
+
+
+def plain(markdown: str) -> str:
+    """A setting's doc (or any of its sentences) as plain text: without
+    backquotes and emphasis."""
+    return markdown.replace("`", "").replace("*", "")
+
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("CXLMPI_POOL", _parse_backend, "shm",
-             "Where pools live: shm (POSIX shared memory, one segment per "
-             "pool), numa:N (shared memory bound to NUMA node N, e.g. a CXL "
-             "expander in system-ram mode), file:PATH (a file on tmpfs, "
-             "hugetlbfs or fsdax, partitioned between jobs), dax:/dev/daxX.Y "
-             "(a devdax device, partitioned between jobs).",
+             "Where pools live: `shm`, `numa:N`, `file:PATH` or `dax:/dev/daxX.Y`. `shm`: "
+             "POSIX shared memory, one private segment per pool; `numa:N`: the same, pages "
+             "bound to NUMA node *N* (a CXL expander in system-ram mode is a CPU-less "
+             "node); `file:PATH`: a file on tmpfs, hugetlbfs or an fsdax mount, "
+             "partitioned between jobs; `dax:/dev/daxX.Y`: a devdax device, partitioned "
+             "between jobs. See *CXL memory*.",
              agreed=True),
     Variable("CXLMPI_POOL_GROUP", str, "",
-             "A file: or dax: pool shared by the users of this group (its "
-             "name or gid): the file or device must belong to the group and "
-             "no one else may read or write it; files cxlmpi creates are then "
-             "0660.  Unset: the pool is private to its owner (0600).",
+             "A `file:` or `dax:` pool shared by the users of this group (name or gid). "
+             "The file or device must belong to the group, and nobody outside it may read "
+             "or write it; files cxlmpi creates are then mode 0660 in that group. Unset: "
+             "pool memory is its owner's alone (0600). A rank that cannot open the pool "
+             "fails the set-up on every rank. See *Who may use pool memory*.",
              agreed=False),
     Variable("CXLMPI_HEARTBEAT", _parse_seconds, "0.1",
-             "Seconds between a process's heartbeats: the counters in its "
-             "control lines and partition-table entries that show observers "
-             "on other hosts or in other containers (where its pid means "
-             "nothing) that it lives.",
+             "Seconds between a process's heartbeats. These are counters in its control "
+             "lines, its partition-table entries and the table lock it holds, advanced by "
+             "a thread of its own, by which observers on other hosts or in other "
+             "containers (where its pid means nothing) see that it lives.",
              agreed=False),
     Variable("CXLMPI_LEASE_BEATS", _parse_beats, "30",
-             "Heartbeats an observer waits for before it judges a process "
-             "whose counter stood still gone (a pool collective waiting on it "
-             "raises CXLMPIPeerError; its partitions may be reclaimed).",
+             "Heartbeats an observer waits for (by its own monotonic clock) before it "
+             "judges a process whose counter stood still gone. A pool collective waiting "
+             "on it then raises `CXLMPIPeerError`, and its partitions may be reclaimed.",
              agreed=False),
     Variable("CXLMPI_POOL_GROUPS", _parse_groups, "1",
-             "Split the ranks that share memory into this many pool groups; "
-             "collectives then run hierarchically (in each pool, then MPI "
-             "among group leaders), as across hosts.",
+             "Split the ranks that share memory into this many pool groups (consecutive "
+             "ranks). Collectives then run hierarchically (in each pool, then MPI among "
+             "group leaders), as across hosts.",
              agreed=True),
     Variable("CXLMPI_POOL_SIZE", parse_size, "64M",
-             "Bytes of each communicator's pool segment (control lines plus "
-             "two data halves per rank); larger messages are pipelined.",
+             "Bytes of each communicator's pool segment (control lines plus two data "
+             "halves per rank). Larger messages are pipelined, never refused. Its control "
+             "lines and slots are reserved in /dev/shm (or the pool file) when it is "
+             "created: a pool that does not fit leaves the communicator with MPI, with "
+             "one warning.",
              agreed=True),
     Variable("CXLMPI_ARENA_SIZE", parse_size, "1G",
-             "Bytes per rank for pool-resident arrays (cxlmpi.empty & co., the "
-             "NumPy hook) in the node heap, one budget for every communicator "
-             "that shares it (a pool made before the heap has arenas of its "
-             "own); address space only until used (0: none).",
+             "Bytes per rank for pool-resident arrays (`cxlmpi.empty` & co., the NumPy "
+             "hook) in the node heap (0: none). One budget for every communicator that "
+             "shares it (a pool made before the heap has arenas of its own); address "
+             "space only until used, each array's block reserved as it is handed out.",
              agreed=True),
     Variable("CXLMPI_ZEROCOPY_THRESHOLD", parse_size, "256K",
-             "Smallest Bcast, reduction or gather (bytes) that first asks "
-             "where every rank's buffers live, so that pool-resident ones "
-             "are used in place (one control step).",
+             "Smallest Bcast, reduction or gather (bytes) that first asks, in one control "
+             "step, where every rank's buffers live, so that pool arrays are used in "
+             "place.",
              agreed=True),
     Variable("CXLMPI_THRESHOLD", parse_size, "4K",
-             "Smallest message (bytes) that goes through the pool; smaller "
-             "ones pass through to MPI.",
+             "Smallest message (bytes) that goes through the pool; smaller ones pass "
+             "through to MPI.",
              agreed=True),
     Variable("CXLMPI_HOSTS_THRESHOLD", parse_size, "0",
-             "Smallest message (bytes) that goes through a pool whose ranks "
-             "run on several hosts (a file: or dax: pool on CXL memory they "
-             "share), where MPI would go through the network: the small "
-             "ones too by default (adaptive selection still times MPI).",
+             "Smallest message (bytes) that goes through a pool whose ranks run on "
+             "several hosts (a `file:` or `dax:` pool that hosts share, where MPI would "
+             "cross the network). By default every size may take the pool, and adaptive "
+             "selection still times MPI against it.",
              agreed=True),
     Variable("CXLMPI_TUNING", str, "adaptive",
-             "Which path each call takes: adaptive (each communicator times "
-             "stock MPI and the pool's variants on its first calls of each "
-             "collective and size, keeps the fastest, re-checks now and then; "
-             "see CXLMPI_CACHE), builtin (the shipped table of sizes), pool "
-             "(every size >= CXLMPI_THRESHOLD), or a JSON file {collective: "
-             "[lo, hi] or null}; all but adaptive pin the choice.",
+             "Which path each call takes: `adaptive`, `builtin`, `pool` or a tuning file. "
+             "`adaptive`: each communicator measures stock MPI and the pool's variants on "
+             "its first calls of each collective, size class and buffer placement, keeps "
+             "the fastest and re-checks it now and then (see `CXLMPI_CACHE` and *Choosing "
+             "the path*). The others pin the choice: `builtin` (the table of sizes shipped "
+             "as `cxlmpi/builtin-tuning.json`), `pool` (every size ≥ `CXLMPI_THRESHOLD`: "
+             "for tests), or the path of a JSON file `{\"allgather\": [lo, hi], "
+             "\"gather\": null, ...}` (bytes, `null` = no bound; a collective mapped to "
+             "`null` stays with MPI), which `python -m cxlmpi.tune --output FILE` writes.",
              agreed=True),
     Variable("CXLMPI_CACHE", str, "~/.cache/cxlmpi/selection.json",
-             "Where adaptive selection remembers what it learned, per machine "
-             "(CPU, cores, ranks per pool, MPI library, cxlmpi version); read "
-             "by rank 0 when a pool is set up, written at exit; off: none.  "
-             "python -m cxlmpi.tune fills it.",
+             "Where adaptive selection remembers what it learned, per machine (CPU model, "
+             "cores, ranks per pool, MPI library, cxlmpi version, pool kind); `off`: "
+             "nowhere. Rank 0 reads it when a communicator's pool is set up and hands it "
+             "to the others, and writes what settled when the communicator is freed or "
+             "the job ends; `python -m cxlmpi.tune` fills it.",
              agreed=False),
     Variable("CXLMPI_CHUNK_SIZE", parse_size, "256K",
              "Bytes each rank publishes per pipeline step.",
              agreed=True),
     Variable("CXLMPI_RSAG_THRESHOLD", parse_size, "64K",
-             "Smallest reduction (bytes) that uses reduce-scatter + allgather "
-             "instead of every rank reducing everything.",
+             "Smallest reduction (bytes) that uses reduce-scatter + allgather instead of "
+             "every rank reducing everything (three ranks or more).",
              agreed=True),
     Variable("CXLMPI_TIMEOUT", _parse_timeout, "300",
-             "Seconds a pool collective waits for the other ranks before "
-             "raising CXLMPITimeoutError (0: wait forever).",
+             "Seconds a pool collective waits for the other ranks before raising "
+             "`CXLMPITimeoutError` (0: wait forever). The error names the collective, the "
+             "communicator and the missing ranks.",
              agreed=False),
     Variable("CXLMPI_COHERENCE", _parse_coherence, "auto",
-             "hw: caches are coherent; sw: flush written lines and invalidate "
-             "before reads (CXL memory shared by hosts without coherence); "
-             "auto: sw for a pool whose ranks MPI sees on several hosts, hw "
-             "otherwise; emulate: sw on memory made to behave like caches "
-             "without coherence (tests the protocol on one host).",
+             "How caches are kept coherent: `auto`, `hw`, `sw` or `emulate`. `hw`: caches "
+             "are coherent; `sw`: flush written lines and invalidate before reads (CXL "
+             "memory shared by hosts without hardware coherence); `auto`: `sw` for a pool "
+             "whose ranks MPI sees on more than one host (its communicator spans several "
+             "`COMM_TYPE_SHARED` groups), `hw` otherwise (`hw` across hosts only when set "
+             "explicitly); `emulate`: `sw` on memory made to behave like caches without "
+             "coherence, to test the protocol on one host (see *Software coherence*).",
              agreed=True),
     Variable("CXLMPI_EMULATE_SEED", _parse_seed, "0",
-             "CXLMPI_COHERENCE=emulate: the seed of the emulated caches' "
-             "random evictions of dirty lines.",
+             "With `CXLMPI_COHERENCE=emulate`: the seed of the emulated caches' random "
+             "evictions of dirty lines (each rank mixes in its rank).",
              agreed=False),
     Variable("CXLMPI_EMULATE_FAULT", _parse_fault, "none",
-             "CXLMPI_COHERENCE=emulate, tests only: skip-flush drops every "
-             "write-back of data lines, skip-invalidate every invalidation "
-             "(the emulator then loses data: the proof that it catches a "
-             "missing step); none.",
+             "With `CXLMPI_COHERENCE=emulate`, for tests: `none`, `skip-flush` or "
+             "`skip-invalidate`. `skip-flush` drops every write-back of data lines, "
+             "`skip-invalidate` every invalidation (control lines are spared); the suite "
+             "then fails, which shows that the emulator catches a missing step.",
              agreed=False),
     Variable("CXLMPI_OBJECTS", _parse_bool, "0",
-             "Send large object (pickle) collectives through the pool.  Off "
-             "by default: settling their path costs small calls a header step "
-             "and a second pickling (measured 1.5-2.4x stock on a float "
-             "allreduce).",
+             "Send large object (pickle) collectives through the pool. Off by default: "
+             "settling their path costs small calls a header step and a second pickling "
+             "(measured 1.5–2.4x stock on a float `allreduce`).",
              agreed=True),
     Variable("CXLMPI_ALLOC", _parse_alloc, "auto",
-             "Make NumPy place arrays of CXLMPI_ZEROCOPY_THRESHOLD bytes and "
-             "more in the node heap (NEP 49 allocation hook), so that "
-             "unmodified programs get the zero-copy paths on every communicator: "
-             "1 on, 0 off, auto (the default) on where every rank's pool memory "
-             "gets huge pages (--info says), off elsewhere: on 4 KiB pages "
-             "TLB-bound code runs slower on pool arrays than on NumPy's own.",
+             "Whether NumPy places arrays of `CXLMPI_ZEROCOPY_THRESHOLD` bytes and more in "
+             "the node heap (NEP 49 allocation hook), used in place by every "
+             "communicator: `1`, `0` or `auto`. `auto`: on where every rank's pool memory "
+             "gets huge pages (`--info` says), off elsewhere: on 4 KiB pages TLB-bound "
+             "code runs slower on pool arrays than on NumPy's own.",
              agreed=True),
     Variable("CXLMPI_ALLOC_THRESHOLD", parse_size, "0",
              "Smallest array (bytes) the NumPy hook places in the pool (0: "
-             "CXLMPI_ZEROCOPY_THRESHOLD).  Apart from it, it tells what the "
-             "pool allocator gains from what zero copy gains: with "
-             "CXLMPI_ZEROCOPY_THRESHOLD=1024G the arrays are in the pool and the "
-             "collectives copy.",
+             "`CXLMPI_ZEROCOPY_THRESHOLD`). Apart from it, it tells what the pool "
+             "allocator gains from what zero copy gains: with "
+             "`CXLMPI_ZEROCOPY_THRESHOLD=1024G` the arrays are in the pool and the "
+             "collectives copy. Where each rank's buffers live is exchanged in a header "
+             "step of every call that could use them in place.",
              agreed=False),
     Variable("CXLMPI_PROGRESS", _parse_bool, "1",
-             "While a rank waits in the pool it calls MPI progress now and "
-             "then, so that a peer waiting on it in MPI (RMA, a large send, a "
-             "nonblocking collective) is served; 0 turns that off (only to "
-             "measure its cost: a program can then hang).",
+             "While a rank waits in the pool it calls MPI progress now and then, so that a "
+             "peer waiting on it in MPI (RMA, a large send, a nonblocking collective) is "
+             "served. `0` turns that off, only to measure its cost: a program can then "
+             "hang (see *MPI progress while a rank waits in the pool*).",
              agreed=True),      # (a rank with it on sets a helper communicator up)
     Variable("CXLMPI_ORDERING", _parse_bool, "1",
-             "A pool collective orders the rank's earlier MPI traffic as stock "
-             "MPI's own collective would: before a rank leaves it, what its "
-             "peers sent through MPI before entering it (an eager send, an RMA "
-             "epoch's completion) has reached this rank's MPI, as after a stock "
-             "Barrier.  It costs one MPI barrier on a private communicator per "
-             "pool collective (and sends Barrier itself to MPI); 0 drops it, for "
-             "programs that never rely on that order.",
+             "A pool collective orders the rank's earlier MPI traffic as stock MPI's own "
+             "collective would. It ends with an MPI barrier on a private communicator, so "
+             "that what a rank's peers sent through MPI before it (an eager send, an RMA "
+             "epoch's completion) has reached the rank when it leaves; Barrier itself "
+             "goes to MPI. `0` drops it, for programs that never rely on that order.",
              agreed=True),      # (a rank with it on makes MPI calls its peers must match)
     Variable("CXLMPI_STATS", _parse_bool, "0",
-             "Print a table of calls, bytes and time per collective at exit "
-             "(the object collectives as bcast(obj) & co.).",
+             "Print a table of calls, bytes and time per collective at exit. The object "
+             "collectives (`comm.bcast`, ...) appear as `bcast(obj)` & co.",
              agreed=False),
     Variable("CXLMPI_DISABLE", _parse_bool, "0",
-             "Pass every call through to MPI (the shim stays in place).",
+             "Pass every call through to MPI; the shim stays in place. Calls go through "
+             "mpi4py's own methods, none of cxlmpi's straight to the library, so that it "
+             "also rules those out when something looks wrong (0.1–0.4 µs more per call "
+             "than stock on the 2-core VM: 0.93x at 2–8 KiB).",
              agreed=True),
 )
 
@@ -437,13 +465,6 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         """Every setting by variable name."""
         return {var.name: getattr(self, var.key) for var in VARIABLES}
-
-
-COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather",
-               "allgatherv", "gather", "gatherv", "scatter", "scatterv",
-               "alltoall", "alltoallv", "reduce_scatter_block",
-               "reduce_scatter", "scan", "exscan")
-
 
 
 def _read_tuning(path: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ pool, an inter-pool phase through MPI among the group leaders.
 A communicator whose ranks span pools (hosts that do not share CXL memory,
 or CXLMPI_POOL_GROUPS > 1 on one node) gets a Hierarchy in place of a Pool.
 It offers the Pool methods the dispatcher calls for the collectives in
-`COLLECTIVES`; the others pass through to MPI on the whole communicator.
+`ACROSS_GROUPS`; the others pass through to MPI on the whole communicator.
 
     Barrier    pool barrier, leaders' MPI Barrier, pool barrier
     Bcast      pool bcast in the root's group, MPI Bcast among leaders,
@@ -48,13 +48,13 @@ from mpi4py import MPI
 from . import config
 from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
 
-__all__ = ["Hierarchy", "COLLECTIVES"]
+__all__ = ["Hierarchy", "ACROSS_GROUPS"]
 
 # (Not Gatherv: its ranks settle its path in a header step, which across
 # groups goes through the leaders' MPI -- more than a small Gatherv costs
 # in MPI itself: 67 us against 13 us at 4 ranks in two groups of one node.)
-COLLECTIVES = ("barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv",
-               "gather")
+ACROSS_GROUPS = ("barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv",
+                 "gather")
 
 _MPI_TYPES = {
     "i8": MPI.INT8_T, "i16": MPI.INT16_T, "i32": MPI.INT32_T, "i64": MPI.INT64_T,

@@ -1,5 +1,7 @@
 """``python -m cxlmpi --info``: version, MPI library, the pool, CPU features,
-every CXLMPI_* variable and which collectives take the pool."""
+every CXLMPI_* variable and which collectives take the pool; ``--info
+--markdown``: the README's tables of settings and options, generated from
+cxlmpi.config.VARIABLES and cxlmpi.command_line.OPTIONS."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from mpi4py import MPI
 
 from . import admin, config
 from ._pool import cpu_features
+from .command_line import OPTIONS
 
-__all__ = ["report", "POOL_TABLE"]
+__all__ = ["report", "markdown", "POOL_TABLE"]
 
 # Which calls the pool takes, and when (the same table as in the README).
 POOL_TABLE = (
@@ -50,7 +53,7 @@ def report() -> str:
     for var in config.VARIABLES:
         value = os.environ.get(var.name)
         rows.append((var.name, "(unset)" if value is None else value, var.default or "(none)",
-                     "same" if var.agreed else "any", var.doc))
+                     _ranks(var), config.plain(var.doc)))
     lines += _columns(rows)
     strays = config.unknown()
     if strays:
@@ -81,6 +84,32 @@ def report() -> str:
             f"[{window[0]}, {'inf' if window[1] is None else window[1]})"
         lines.append(f"  {name:<22} {shown}")
     return "\n".join(lines)
+
+
+def _ranks(var: config.Variable) -> str:
+    """The ranks column: "same" where every rank must see the same value."""
+    return "same" if var.agreed else "any"
+
+
+def markdown() -> str:
+    """The README's generated tables, each between the comment lines that
+    mark it there: every setting (variable, default, ranks, the options
+    that set it, meaning), then every option of python -m cxlmpi."""
+    settings = ["| variable | default | ranks | option | meaning |", "|---|---|---|---|---|"]
+    for var in config.VARIABLES:
+        flags = ", ".join(f"`{option.synopsis}`" for option in OPTIONS
+                          if option.setting == var.name)
+        default = f"`{var.default}`" if var.default else "(none)"
+        settings.append(f"| `{var.name}` | {default} | {_ranks(var)} | {flags} | {var.doc} |")
+    options = ["| option | meaning |", "|---|---|"]
+    options += [f"| `{option.synopsis}` | {option.description} |" for option in OPTIONS]
+    return "\n\n".join(_generated(name, rows) for name, rows in
+                        (("settings", settings), ("options", options)))
+
+
+def _generated(name: str, rows: list[str]) -> str:
+    return "\n".join([f"<!-- {name}: python -m cxlmpi --info --markdown prints this table; "
+                      f"regenerate it, never edit it -->", *rows, f"<!-- end of {name} -->"])
 
 
 def _straight(cfg: config.Config) -> str:

@@ -23,8 +23,7 @@ from .errors import (
     CXLMPITimeoutError,
 )
 from .group import create_pool, detach_heap, node_heap
-from .hierarchy import COLLECTIVES as HIERARCHY_COLLECTIVES
-from .hierarchy import Hierarchy
+from .hierarchy import ACROSS_GROUPS, Hierarchy
 
 __all__ = ["pool_for", "pool_state", "arena_pool", "run_pool"]
 
@@ -55,7 +54,7 @@ class _State:
         # apply (_shim.lo1)
         self.hosts: int = getattr(pool, "hosts", 1)
         if isinstance(pool, Hierarchy):
-            self.only = tuple(c in HIERARCHY_COLLECTIVES for c in config.COLLECTIVES)
+            self.only = tuple(c in ACROSS_GROUPS for c in config.COLLECTIVES)
         # which later communicator may take it over once this one is freed
         # (_spare): None where none may
         self.key: tuple | None = None

@@ -6,6 +6,9 @@ The layout of a segment (header, one control line per rank, two data halves
 per rank, the arenas) is declared once, in pyx/cxl_layout.h.  The module is
 one extension made of one file per concern, each a layer on the one before::
 
+    codes.pxi           the numbers shared with Python and cxlmpi._shim
+                        (collectives, variant flags, path codes, size
+                        classes; declared in pyx/cxl_codes.h)
     pool/layout.pxi     the layout as this rank sees it; status and kernel codes
     pool/machine.pxi    CPU features, cache flushes (and their emulation), NUMA
                         binding, host identity
@@ -14,6 +17,8 @@ one extension made of one file per concern, each a layer on the one before::
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
     pool/signatures.pxi whether the ranks' calls match (after a first step)
+    pool/sizing.pxi     what each family's choice reads: bytes a step, a
+                        sub-slot, whether a call asks where buffers live
     pool/fold.pxi       rank-order folds shared by every reduction
     pool/bcast.pxi      Barrier and Bcast algorithms
     pool/reduce.pxi     Reduce, Allreduce and scan algorithms
@@ -21,8 +26,25 @@ one extension made of one file per concern, each a layer on the one before::
     pool/exchange.pxi   Alltoall(v), Scatter(v), Reduce_scatter(_block)
     pool/reserve.pxi    reserving pool memory (a data half only on first use),
                         and what a shortage of it becomes
-    pool/pool.pxi       the Pool class: segment lifecycle, arenas, and one
-                        entry per collective that picks its algorithm
+    pool/segment.pxi    the segment's life: create, attach, map a partition,
+                        publish, close, detach, unlink, after fork
+    pool/arenas.pxi     pool-resident memory: arenas, the shared node heap,
+                        offsets, PoolBuffer
+    pool/pool.pxi       the Pool class: one entry per collective, tunables,
+                        progress hooks, signatures, inspection
+
+Each family file ends in one nogil run_<family> (run_barrier, run_bcast,
+run_reduce, run_scan, run_gather, run_exchange, run_reduce_scatter) that
+makes every choice of algorithm from the call's arguments, the pool's
+tunables and the variant flags (V_*) cxlmpi.select passes: a test pins any
+algorithm with those flags alone.  A Pool method only checks, signs and
+marshals its call, then runs one run_<family> without the GIL.
+
+Cython wants a cdef class's methods in one class body, so Pool is a chain of
+classes, one concern each: _Segment (every field, and the segment's life),
+_Arenas(_Segment) (pool-resident memory), Pool(_Arenas) (the collectives).
+Each file then reads as one class and its fields stay declared once;
+module-level functions taking the Pool would have doubled every signature.
 
 The step protocol (one rule, every algorithm): at step s every rank writes what
 it publishes into its own half s % 2, release-stores seq = s, waits until every
@@ -128,15 +150,19 @@ cdef extern from "cxl_emulate.h" nogil:
     int CXL_EMU_FAULT_SKIP_INVALIDATE
 
 
+include "codes.pxi"
 include "pool/layout.pxi"
 include "pool/machine.pxi"
 include "pool/liveness.pxi"
 include "pool/protocol.pxi"
 include "pool/signatures.pxi"
+include "pool/sizing.pxi"
 include "pool/fold.pxi"
 include "pool/bcast.pxi"
 include "pool/reduce.pxi"
 include "pool/gather.pxi"
 include "pool/exchange.pxi"
 include "pool/reserve.pxi"
+include "pool/segment.pxi"
+include "pool/arenas.pxi"
 include "pool/pool.pxi"

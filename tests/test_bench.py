@@ -98,7 +98,7 @@ import dataclasses, sys
 import cxlmpi
 from cxlmpi.tools import bench
 
-real_bind = bench.COLLECTIVES["Allreduce"].bind
+real_bind = bench.BENCHMARKS["Allreduce"].bind
 
 def broken(comm, bufs):
     fn, args = real_bind(comm, bufs)
@@ -109,7 +109,7 @@ def broken(comm, bufs):
         bufs.recv[-1] += 1
     return call, args
 
-bench.COLLECTIVES["Allreduce"] = dataclasses.replace(bench.COLLECTIVES["Allreduce"],
+bench.BENCHMARKS["Allreduce"] = dataclasses.replace(bench.BENCHMARKS["Allreduce"],
                                                      bind=broken)
 sys.exit(bench.main(sys.argv[1:]))
 """

@@ -46,16 +46,8 @@ OTHER_VALUES = {
     "CXLMPI_DISABLE": "1",
 }
 
-# Settings that never change which path a call takes nor the pool's layout
-# (CXLMPI_CACHE: only rank 0 reads the cache, and hands it to the others).
-# Nor do the pool's permissions, the heartbeat and the emulator's seed and
-# faults: a rank that cannot open the pool file fails the set-up on every
-# rank, and each process beats (and emulates its caches) on its own.  Nor
-# the NumPy hook's threshold: where each rank's buffers live is exchanged in
-# a header step of every call that could use them in place.
-LOCAL = {"CXLMPI_TIMEOUT", "CXLMPI_STATS", "CXLMPI_CACHE",
-         "CXLMPI_POOL_GROUP", "CXLMPI_HEARTBEAT", "CXLMPI_LEASE_BEATS",
-         "CXLMPI_EMULATE_SEED", "CXLMPI_EMULATE_FAULT", "CXLMPI_ALLOC_THRESHOLD"}
+# The settings ranks need not agree on (each says why in its description).
+LOCAL = {var.name for var in config.VARIABLES if not var.agreed}
 
 
 def test_agreed_is_a_required_field() -> None:
@@ -67,7 +59,19 @@ def test_agreed_is_a_required_field() -> None:
 
 def test_every_setting_says_whether_ranks_must_agree() -> None:
     assert all(type(var.agreed) is bool for var in config.VARIABLES)
-    assert {var.name for var in config.VARIABLES if not var.agreed} == LOCAL
+    assert LOCAL and LOCAL != {var.name for var in config.VARIABLES}
+
+
+def test_every_setting_is_described() -> None:
+    """One paragraph each, whose first sentence (the usage text's line)
+    says what the setting is; names unique; defaults parse."""
+    names = [var.name for var in config.VARIABLES]
+    assert len(names) == len(set(names))
+    for var in config.VARIABLES:
+        assert re.fullmatch(r"CXLMPI_[A-Z0-9_]+", var.name), var.name
+        assert var.doc.endswith((".", ")")) and "\n" not in var.doc, var.name
+        assert 10 < len(var.summary) < len(var.doc) or var.summary + "." == var.doc, var.name
+        var.parse(var.default)
 
 
 def test_every_setting_is_covered() -> None:
@@ -116,12 +120,16 @@ def test_settings_and_internal_names_are_known() -> None:
 
 
 def test_every_name_the_project_reads_is_known() -> None:
-    """Every CXLMPI_* name in the code, tools, tests and Makefile is a
-    setting or deliberately listed in config.INTERNAL: none would warn."""
+    """Every CXLMPI_* name in the code (Python, Cython, C), tools, tests,
+    Makefile and README is a setting described in config.VARIABLES or
+    deliberately listed, with its description, in config.INTERNAL: none
+    would warn, and none is read without a description."""
     root = Path(__file__).resolve().parent.parent
-    files = [root / "Makefile", *root.glob("cxlmpi/*.py"), *root.glob("pyx/*.pyx"),
-             *root.glob("pyx/*.h"), *root.glob("tools/*.py"), *root.glob("examples/*.py"),
-             *root.glob("tests/**/*.py")]
+    files = [root / "Makefile", root / "setup.py", root / "README.md",
+             *(path for pattern in ("cxlmpi/**/*.py", "pyx/**/*.pyx", "pyx/**/*.pxi",
+                                    "pyx/**/*.pxd", "pyx/**/*.h", "tools/**/*.py",
+                                    "tools/*.sh", "examples/**/*.py", "tests/**/*.py")
+               for path in root.glob(pattern))]
     names = set()
     for path in files:
         names |= set(re.findall(r"\bCXLMPI_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))

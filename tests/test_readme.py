@@ -1,23 +1,43 @@
-"""The README says what the code says: its settings table what
-cxlmpi.config.VARIABLES says (every setting once, with its default), its
-"How it works" map the files there are (both are written by hand for
-readers; these tests keep them from drifting)."""
+"""The README says what the code says: its tables of settings and of the
+command line's options are what `python -m cxlmpi --info --markdown`
+generates from cxlmpi.config.VARIABLES and cxlmpi.command_line.OPTIONS
+(regenerated, never edited), its "How it works" map names the files there
+are (written by hand for readers; this test keeps it from drifting)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
-from harness import ROOT
+from harness import ROOT, mpi_env
 
-from cxlmpi import config
+from cxlmpi import info
+
+_MARKED = re.compile(r"^<!-- (\w+): python -m cxlmpi --info --markdown .*?^<!-- end of \1 -->$",
+                     re.M | re.S)
 
 
-def test_settings_table_matches_the_variables() -> None:
+def test_generated_tables_are_what_the_generator_prints() -> None:
+    """Each generated table appears once in the README, as generated: a
+    setting or option added, changed or removed without regenerating the
+    README fails here (replace the README's block, markers included, with
+    what `python -m cxlmpi --info --markdown` prints)."""
     readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `(CXLMPI_[A-Z_]+)` \| `([^`]*)` \|", readme, re.M)
-    names = [name for name, _ in rows]
-    assert len(names) == len(set(names)), "a setting appears twice in the README table"
-    assert dict(rows) == {var.name: var.default for var in config.VARIABLES}
+    in_readme = {m.group(1): m.group(0) for m in _MARKED.finditer(readme)}
+    generated = {m.group(1): m.group(0) for m in _MARKED.finditer(info.markdown())}
+    assert sorted(generated) == ["options", "settings"]
+    assert len(_MARKED.findall(readme)) == len(in_readme) == len(generated)
+    for name, block in generated.items():
+        assert in_readme[name] == block, f"regenerate the README's {name} table"
+
+
+def test_the_generator_is_the_command_line() -> None:
+    env = {var: value for var, value in mpi_env().items() if not var.startswith("CXLMPI_")}
+    proc = subprocess.run([sys.executable, "-m", "cxlmpi", "--info", "--markdown"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == info.markdown() + "\n"
 
 
 SOURCE_PATTERNS = ("cxlmpi/**/*.py", "cxlmpi/*.json", "pyx/**/*.pyx", "pyx/**/*.pxd",

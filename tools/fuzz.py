@@ -44,7 +44,7 @@ from mpi4py import MPI
 import cxlmpi
 from cxlmpi import _pool, config
 
-COLLECTIVES = ("Allreduce", "Reduce", "Bcast", "Allgather", "Allgatherv", "Gather",
+METHODS = ("Allreduce", "Reduce", "Bcast", "Allgather", "Allgatherv", "Gather",
                "Gatherv", "Scatter", "Scatterv", "Alltoall", "Alltoallv",
                "Reduce_scatter_block", "Reduce_scatter", "Scan", "Exscan", "Barrier")
 REDUCTIONS = frozenset({"Allreduce", "Reduce", "Reduce_scatter_block", "Reduce_scatter",
@@ -310,7 +310,7 @@ class Fuzzer:
     def case(self, index: int) -> tuple[Case, Any, Any]:
         """Draw operation `index` (every rank draws the same values)."""
         r = random.Random(self.seed * 1_000_003 + index)
-        name = COLLECTIVES[r.randrange(len(COLLECTIVES))]
+        name = METHODS[r.randrange(len(METHODS))]
         comm_name, comm, plain = self.comms[r.randrange(len(self.comms))]
         dtype = DTYPES[r.randrange(len(DTYPES))]
         ops = ops_for(dtype)
@@ -700,13 +700,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="index of the first operation (default 0)")
     ap.add_argument("--max-count", type=int, default=None,
                     help="largest element count (default: up to 1.25 pool slots)")
-    ap.add_argument("--collectives", default=",".join(COLLECTIVES),
+    ap.add_argument("--collectives", default=",".join(METHODS),
                     help="comma-separated subset to run (the others are drawn, not run)")
     ap.add_argument("--trace", action="store_true",
                     help="every rank prints each operation before running it (stderr)")
     opts = ap.parse_args(argv)
     chosen = tuple(c for c in opts.collectives.split(",") if c)
-    unknown = sorted(set(chosen) - set(COLLECTIVES))
+    unknown = sorted(set(chosen) - set(METHODS))
     if unknown:
         ap.error(f"unknown collectives {unknown}")
     if opts.max_count is not None and opts.max_count < 0:

@@ -6,27 +6,25 @@ every rank; the codes are those the compiled route table holds
 
 from __future__ import annotations
 
+from .._pool import MPI_PATH, NCLASSES, NEW, SLOW, VARIANT_FLAGS, size_class
+
 __all__ = ["MPI_PATH", "STREAM", "BIGCHUNK", "RSAG", "FLAT", "PLACEMENTS", "NCLASSES",
            "SLOW", "NEW", "CUT_SHORT", "code_name", "code_of", "size_class", "class_floor",
            "candidates", "run_length", "first_run", "first_skip", "untimed_half"]
 
-# Path codes: 0 is stock MPI; 1 + flags is the pool with the variant flags
-# (cxlmpi._pool.VARIANT_FLAGS).
-MPI_PATH = 0
-STREAM, BIGCHUNK, RSAG, FLAT = 1, 2, 4, 8
-_FLAG_NAMES = ((STREAM, "stream"), (BIGCHUNK, "bigchunk"), (RSAG, "rsag"), (FLAT, "flat"))
+# Path codes (pyx/cxl_codes.h): MPI_PATH is stock MPI; 1 + flags is the
+# pool with the variant flags; size classes: `size_class`, NCLASSES of them.
+STREAM, BIGCHUNK, RSAG, FLAT = (VARIANT_FLAGS[n] for n in ("stream", "bigchunk", "rsag", "flat"))
+_FLAG_NAMES = tuple((bit, name) for name, bit in VARIANT_FLAGS.items())
 
 PLACEMENTS = ("private", "pool")
-NCLASSES = 64
 
-# The route table's codes for "no decision: ask the Selector" (cxlmpi._shim.Routes),
-# and for a class no call has met yet: its first call opens a timed run on
-# MPI by itself, `first_run` calls long, without a header step -- whose cost
-# (20-70 us in place: the step and the selector's bookkeeping) is many of a
-# cheap class's calls, and is paid again by the next header step, which
-# carries the run's time to every rank.
-SLOW = -1
-NEW = -2
+# Routes' codes (pyx/cxl_codes.h) SLOW, "no decision: ask the Selector"
+# (cxlmpi._shim.Routes), and NEW, a class no call has met yet: its first
+# call opens a timed run on MPI by itself, `first_run` calls long, without a
+# header step -- whose cost (20-70 us in place: the step and the selector's
+# bookkeeping) is many of a cheap class's calls, and is paid again by the
+# next header step, which carries the run's time to every rank.
 # What a rank reports for a run that a header step cut short in its untimed
 # first half (nanoseconds per call; no call of any path takes 1 ns): the
 # largest report wins, so where every rank was cut short all learn it.
@@ -67,11 +65,6 @@ def code_of(name: str) -> int:
     except KeyError:
         raise ValueError(f"unknown path {name!r}") from None
     return 1 + flags
-
-
-def size_class(nbytes: int) -> int:
-    """The power-of-two class of a message: floor(log2(nbytes)), 0 for 0."""
-    return max(int(nbytes).bit_length() - 1, 0)
 
 
 def class_floor(sc: int) -> int:

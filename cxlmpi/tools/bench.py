@@ -39,8 +39,8 @@ from cxlmpi import config
 from .learning import run_learning
 from .measure import MIN_ITERATIONS, MIN_WARMUP, Settings, measure, metadata, osu_iterations
 from .operations import (
+    BENCHMARKS,
     BUFFER_KINDS,
-    COLLECTIVES,
     DEFAULT_OPS,
     BenchError,
     Buffers,
@@ -64,7 +64,7 @@ from .report import (
 
 # The benchmark's face: what tune and the tests use, wherever it lives.
 __all__ = [
-    "COLLECTIVES", "DEFAULT_OPS", "BUFFER_KINDS", "Collective", "Buffers", "BenchError",
+    "BENCHMARKS", "DEFAULT_OPS", "BUFFER_KINDS", "Collective", "Buffers", "BenchError",
     "allocate", "make_buffers", "describe_mismatch", "Settings", "measure", "metadata",
     "osu_iterations", "MIN_ITERATIONS", "MIN_WARMUP", "format_size", "plot_figure",
     "write_plot", "PATH_MARKERS", "Progress", "RankZeroParser", "size_list",
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SIZE_HELP)
     ap.add_argument("--ops", default=",".join(DEFAULT_OPS),
                     help="comma-separated collectives, or 'all' (default: %(default)s); "
-                         f"known: {', '.join(COLLECTIVES)}")
+                         f"known: {', '.join(BENCHMARKS)}")
     ap.add_argument("--sizes", help="explicit comma-separated sizes, e.g. 8,64K,1M "
                                     "(overrides --min-size/--max-size)")
     ap.add_argument("--min-size", default=DEFAULT_MIN_SIZE,
@@ -178,12 +178,12 @@ def size_list(sizes: str | None, min_size: str, max_size: str) -> list[int]:
 
 def _op_list(text: str) -> list[Collective]:
     if text.strip().lower() == "all":  # Bcast_view needs --buffers pool: by name only
-        return [op for op in COLLECTIVES.values() if op.name != "Bcast_view"]
-    by_lower = {name.lower(): op for name, op in COLLECTIVES.items()}
+        return [op for op in BENCHMARKS.values() if op.name != "Bcast_view"]
+    by_lower = {name.lower(): op for name, op in BENCHMARKS.items()}
     ops = []
     for name in (n.strip() for n in text.split(",") if n.strip()):
         if name.lower() not in by_lower:
-            raise ValueError(f"unknown collective {name!r} (known: {', '.join(COLLECTIVES)})")
+            raise ValueError(f"unknown collective {name!r} (known: {', '.join(BENCHMARKS)})")
         ops.append(by_lower[name.lower()])
     if not ops:
         raise ValueError("--ops: no collective given")

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 import cxlmpi
 
-__all__ = ["COLLECTIVES", "DEFAULT_OPS", "BUFFER_KINDS", "ROOT", "Collective", "Buffers",
+__all__ = ["BENCHMARKS", "DEFAULT_OPS", "BUFFER_KINDS", "ROOT", "Collective", "Buffers",
            "BenchError", "allocate", "make_buffers", "fill_pattern", "cases_to_measure",
            "describe_mismatch", "validate"]
 
@@ -120,7 +120,8 @@ def _bind_barrier(comm: MPI.Intracomm, b: Buffers) -> tuple[Callable[..., Any], 
     return comm.Barrier, ()
 
 
-COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
+# The collectives this tool measures, by mpi4py method name (`--ops`).
+BENCHMARKS: dict[str, Collective] = {c.name: c for c in (
     Collective("Allreduce", "f8", _same, _sum("Allreduce"), _everywhere),
     Collective("Reduce", "f8", _same, _sum("Reduce"), _at_root),
     Collective("Bcast", "u1", lambda n, p: (n, 0), _bind_bcast, _everywhere),

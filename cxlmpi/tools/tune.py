@@ -394,7 +394,7 @@ def _op_list(text: str | None, cache: bool = False) -> list[bench.Collective]:
         text = "all" if cache else ",".join(TUNABLE)
     known = TUNABLE + REDUCTIONS
     if text.strip().lower() == "all":
-        return [bench.COLLECTIVES[name] for name in known]
+        return [bench.BENCHMARKS[name] for name in known]
     by_lower = {name.lower(): name for name in known}
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -403,7 +403,7 @@ def _op_list(text: str | None, cache: bool = False) -> list[bench.Collective]:
         if name.lower() not in by_lower:
             raise ValueError(f"--ops: {name!r} cannot be tuned (use {', '.join(known)}, "
                              "or all)")
-    return [bench.COLLECTIVES[by_lower[n.lower()]] for n in dict.fromkeys(names)]
+    return [bench.BENCHMARKS[by_lower[n.lower()]] for n in dict.fromkeys(names)]
 
 
 def _say(text: str) -> None:

@@ -1,10 +1,10 @@
 # Barrier and Bcast: the pipelined copy through the root's halves, and the
 # zero-copy paths (receivers pull from the root's pool buffer, or the root
-# pushes into theirs).
+# pushes into theirs); run_bcast chooses.
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
-cdef int alg_barrier(state_t *st) noexcept nogil:
+cdef int run_barrier(state_t *st) noexcept nogil:
     return step_all(st)
 
 
@@ -66,19 +66,23 @@ cdef int alg_bcast_pull(state_t *st, char *buf, size_t nbytes, int root,
     return step_all(st)
 
 
-cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk,
-                   bint zc, uint64_t mine, uint64_t theirs) noexcept nogil:
-    """Bcast: with `zc` (a large message, the pool has arenas) a header step
-    first publishes where every rank's buffer lives (`mine`: the root's,
-    `theirs`: a receiver's, offset + 1 or 0), and every rank picks alike:
-    receivers pull from the root's pool buffer, or the root pushes into
-    every receiver's; otherwise the pipelined copy through the root's
-    halves."""
+cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root,
+                   int flags) noexcept nogil:
+    """Bcast, with the variant `flags` (V_*).  A large message in a pool
+    with arenas (`zerocopy`) first takes a header step that publishes where
+    every rank's buffer lives, and every rank picks alike: receivers pull
+    from the root's pool buffer, or the root pushes into every receiver's;
+    otherwise the pipelined copy through the root's halves."""
     cdef uint64_t sends[MAX_ZC_RANKS]
     cdef uint64_t recvs[MAX_ZC_RANKS]
     cdef bint push = False
     cdef int q, rc
-    if zc:
+    cdef uint64_t mine = 0, theirs = 0   # offset + 1 of this rank's buffer, or 0
+    if zerocopy(st, nbytes):
+        if st.rank == root:
+            mine = resident(st, buf, nbytes)
+        else:
+            theirs = resident(st, buf, nbytes)
         # the root's buffer may be read in place, a receiver's written into
         will_lend(st, buf if mine or theirs else NULL, nbytes)
         rc = publish_offsets(st, mine, theirs, sends, recvs)
@@ -96,4 +100,4 @@ cdef int run_bcast(state_t *st, char *buf, size_t nbytes, int root, size_t chunk
         if push:
             st.took_zc = 1
             return alg_bcast_push(st, buf, nbytes, root, recvs)
-    return alg_bcast(st, buf, nbytes, root, chunk)
+    return alg_bcast(st, buf, nbytes, root, step_chunk(st, 1, False, flags))

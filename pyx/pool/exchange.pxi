@@ -1,5 +1,6 @@
 # Personalized exchanges: Alltoall(v), Scatter(v) and Reduce_scatter(_block),
-# through per-destination sub-slots or straight between pool buffers.
+# through per-destination sub-slots or straight between pool buffers
+# (run_exchange and run_reduce_scatter choose).
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
@@ -104,6 +105,7 @@ cdef int exchange_direct(state_t *st, const char **send_addr,
     done[0] = rc == OK and (pull or push)
     if rc != OK or not done[0]:
         return rc
+    st.took_zc = 1
     if pull:
         return alg_exchange_pull(st, send_addr, send_nbytes, recv_addr, recv_nbytes)
     return alg_exchange_push(st, send_addr, send_nbytes, recv_addr, recv_nbytes)
@@ -171,3 +173,62 @@ cdef inline const char *piece(state_t *st, const char *own, int q, bint inplace,
     if q == st.rank and not (inplace and st.rank != 0):
         return own
     return half_ptr(st, q, st.step) + <size_t>st.rank * sub
+
+
+cdef int run_exchange(state_t *st, const char **send_addr, const size_t *send_nbytes,
+                      char **recv_addr, const size_t *recv_nbytes, size_t max_nbytes,
+                      int flags) noexcept nogil:
+    """Alltoall(v) and Scatter(v), with the variant `flags` (V_*):
+    `send_*[d]` goes to rank d, `recv_*[q]` comes from rank q; `max_nbytes`:
+    the largest block between any two ranks (the same everywhere).  A large
+    call in a pool with arenas (`zerocopy_tables`) first takes the header
+    step of exchange_direct (pull or push between pool buffers); otherwise,
+    or where its tables do not allow it, sub-slots of the halves."""
+    cdef size_t sub = sub_slot(st, 1, flags)
+    cdef int rc = OK
+    cdef bint done = False
+    if zerocopy_tables(st, max_nbytes * st.size):
+        rc = exchange_direct(st, send_addr, send_nbytes, recv_addr, recv_nbytes, &done)
+    if rc == OK and not done:
+        rc = alg_exchange(st, send_addr, send_nbytes, recv_addr, recv_nbytes,
+                          (max_nbytes + sub - 1) // sub, sub)
+    return rc
+
+
+cdef int run_reduce_scatter(state_t *st, const char **send_addr, const size_t *counts,
+                            char *recvbuf, size_t itemsize, cxl_reduce_fn fn,
+                            bint inplace, int flags) noexcept nogil:
+    """Reduce_scatter(_block), with the variant `flags` (V_*):
+    `send_addr[d]` is where this rank's piece for rank d starts, `counts[d]`
+    its elements (the same on every rank); `inplace`: the pieces are in the
+    receive buffer, whose start gets the result.  A large call in a pool
+    with arenas (`zerocopy_tables`) first publishes where every piece lives
+    and, every piece in the pool, each rank folds its own straight from
+    them (alg_reduce_scatter_pull); otherwise the pieces travel through
+    sub-slots of the halves."""
+    cdef size_t piece_nbytes[MAX_ZC_RANKS]
+    cdef char *nowhere[MAX_ZC_RANKS]
+    cdef size_t nothing[MAX_ZC_RANKS]
+    cdef size_t sub_count = sub_slot(st, itemsize, flags) // itemsize
+    cdef size_t nsteps = 0, total = 0
+    cdef int q, rc = OK
+    cdef bint all_resident = False, push = False
+    for q in range(st.size):
+        nsteps = max(nsteps, (counts[q] + sub_count - 1) // sub_count)
+        total += counts[q] * itemsize
+    # In place the result overwrites the start of the send buffer, which
+    # rank 0 may still be reading: the copying path then.
+    if zerocopy_tables(st, total) and not inplace:
+        for q in range(st.size):
+            piece_nbytes[q] = counts[q] * itemsize
+            nowhere[q] = NULL
+            nothing[q] = 0
+        rc = publish_block_offsets(st, send_addr, piece_nbytes, nowhere, nothing,
+                                   &all_resident, &push)
+        if rc == OK and all_resident:
+            st.took_zc = 1
+            return alg_reduce_scatter_pull(st, fn, recvbuf, counts[st.rank], itemsize)
+    if rc == OK:
+        rc = alg_reduce_scatter(st, send_addr, counts, recvbuf, itemsize, fn, nsteps,
+                                sub_count, inplace)
+    return rc

@@ -1,5 +1,6 @@
 # Gather(v) and Allgather(v): every rank publishes its block, readers copy
-# each peer's out.
+# each peer's out, or (run_gather's choice) blocks move straight between
+# pool buffers as in a personalized exchange.
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
@@ -36,3 +37,36 @@ cdef int alg_gather(state_t *st, const char *sendbuf, size_t send_nbytes,
                 will_read(st, src, n)
                 cxl_copy(recv_addr[q] + off, src, n)
     return OK
+
+
+cdef int run_gather(state_t *st, const char *sendbuf, size_t send_nbytes,
+                    char **recv_addr, const size_t *recv_nbytes, int root,
+                    size_t max_nbytes, int flags) noexcept nogil:
+    """Allgather(v) (root < 0) and Gather(v), with the variant `flags`
+    (V_*); `max_nbytes`: the largest block of any rank (the same
+    everywhere).  A large call in a pool with arenas (`zerocopy_tables`)
+    first runs as a personalized exchange of the same block for every rank
+    (exchange_direct: pull or push between pool buffers, off the root of a
+    Gather nothing received); otherwise, or where its tables do not allow
+    it, every block goes through the halves."""
+    cdef const char *send_addr[MAX_ZC_RANKS]
+    cdef size_t each_nbytes[MAX_ZC_RANKS]
+    cdef char *nowhere[MAX_ZC_RANKS]
+    cdef size_t nothing[MAX_ZC_RANKS]
+    cdef size_t chunk = step_chunk(st, 1, False, flags)
+    cdef int q, rc = OK
+    cdef bint done = False
+    if zerocopy_tables(st, max_nbytes * st.size):
+        for q in range(st.size):
+            send_addr[q] = sendbuf
+            each_nbytes[q] = send_nbytes
+            nowhere[q] = NULL
+            nothing[q] = 0
+        if root < 0 or root == st.rank:
+            rc = exchange_direct(st, send_addr, each_nbytes, recv_addr, recv_nbytes, &done)
+        else:
+            rc = exchange_direct(st, send_addr, each_nbytes, nowhere, nothing, &done)
+    if rc == OK and not done:
+        rc = alg_gather(st, sendbuf, send_nbytes, recv_addr, recv_nbytes, root,
+                        (max_nbytes + chunk - 1) // chunk, chunk)
+    return rc

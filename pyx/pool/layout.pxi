@@ -146,6 +146,12 @@ ctypedef struct state_t:
     int sig_pending        # the next step is this call's first
     int stream             # this call publishes with streaming stores (a variant)
     int took_zc            # this call ran zero-copy (every rank alike)
+    # The tunables (Pool.tune; zero before), alike on every rank: what each
+    # family's run_<family> reads to pick its algorithm (pool/sizing.pxi)
+    size_t chunk_nbytes        # bytes a rank publishes per step (CXLMPI_CHUNK_SIZE)
+    size_t rsag_min_nbytes     # the smallest reduce-scatter + allgather reduction
+    size_t zerocopy_min_nbytes  # the smallest call that asks where buffers live
+    int rsag_min_ranks         # ... and its fewest ranks
     # liveness (pool/liveness.pxi): the backing file as this rank's own open
     # file description (-1: none), where the mapping starts in it, the
     # partition's token (0: a shm pool), and after ERR_PEER_GONE judged by
@@ -207,13 +213,8 @@ DEF BLOCK_TMP = 8192
 DEF STREAM_MIN_NBYTES = 4 * 1024 * 1024
 DEF MAX_ZC_RANKS = 1024
 
-# Variant flags of a pool call (cxlmpi.select picks them; 0: the defaults).
-DEF V_STREAM = 1     # publish with streaming stores (no dirty lines to snoop)
-DEF V_BIGCHUNK = 2   # steps of a whole half instead of CXLMPI_CHUNK_SIZE
-DEF V_RSAG = 4       # reductions: reduce-scatter + allgather
-DEF V_FLAT = 8       # reductions: every receiver folds everything
-VARIANT_FLAGS = {"stream": V_STREAM, "bigchunk": V_BIGCHUNK, "rsag": V_RSAG,
-                 "flat": V_FLAT}
+# Variant flags of a pool call (V_STREAM, V_BIGCHUNK, V_RSAG, V_FLAT):
+# pyx/cxl_codes.h, through pyx/codes.pxi.
 
 
 cdef inline size_t min_size(size_t a, size_t b) noexcept nogil:

@@ -1,50 +1,11 @@
-# The Pool: one mapped segment and this rank's view of it (creation, attach,
-# partitions, arenas, close), the collective entry points, pool-resident
-# buffers.
+# The Pool: a segment (pool/segment.pxi) with its arenas (pool/arenas.pxi),
+# and one entry per collective that marshals its arguments, signs the call
+# and runs its family's run_<family> without the GIL; the tunables, the
+# progress hooks, signatures and what a test inspects.
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
-class PoolError(OSError):
-    """A segment could not be created, opened or mapped."""
-
-
-# Where POSIX shared memory lives (glibc's shm_open), and the start of the
-# error of a rank that cannot open an unnamed segment (see Pool.attach).
-SHM_DIR = "/dev/shm"
-
-cdef extern from "<fcntl.h>" nogil:
-    int AT_FDCWD
-    int AT_SYMLINK_FOLLOW
-    int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
-               int flags)
-UNREACHABLE = "cannot open the unnamed segment"
-
-
-from cxl_alloc cimport (CXL_ALLOC_FULL, CXL_ALLOC_NOSPACE, CXL_ALLOC_OK, cxl_arena,
-                        cxl_arena_alloc, cxl_arena_destroy, cxl_arena_free,
-                        cxl_arena_free_bytes, cxl_arena_init, cxl_notice_fn)
-
-
-cdef extern from "<pthread.h>" nogil:
-    int pthread_atfork(void (*prepare)() noexcept nogil, void (*parent)() noexcept nogil,
-                       void (*child)() noexcept nogil)
-
-
-# The process this module runs in: a child made by fork() gets its own pid
-# here, and leaves every pool it inherited alone (see Pool.inherited).
-cdef int64_t this_pid = getpid()
-
-
-cdef void after_fork_in_child() noexcept nogil:
-    global this_pid, start_ticks
-    this_pid = getpid()
-    start_ticks = 0     # the parent's: this process started later
-
-
-pthread_atfork(NULL, NULL, after_fork_in_child)
-
-
-cdef class Pool:
+cdef class Pool(_Arenas):
     """One mapped segment and this rank's view of it (one per communicator).
 
     Create with `Pool.create(...)` on the group leader, send `locator` to
@@ -56,375 +17,6 @@ cdef class Pool:
     namespace, no /proc), `publish` gives it a name for the others to open
     by, and `unlink` removes it once all have.
     """
-    cdef state_t st
-    cdef size_t nbytes
-    cdef readonly str name
-    cdef readonly bint unlinked
-    cdef readonly object locator   # what the others open: the name, or (path, name, inode)
-    # The tunables, set by `tune` (from the configuration); zero before.
-    cdef readonly size_t chunk_nbytes
-    cdef readonly size_t rsag_min_nbytes
-    cdef readonly size_t zerocopy_min_nbytes
-    cdef public int rsag_min_ranks
-    cdef public object release   # called once after close (frees a partition)
-    cdef public int hosts        # hosts its ranks run on, as MPI sees them
-    cdef cxl_arena arena         # this rank's arena (cxl_alloc.h: no Python inside)
-    cdef size_t live             # PoolBuffers alive (they keep the mapping)
-    cdef bint closing
-    cdef bint detached           # exiting: line cleared, partition given back
-    cdef readonly int fd         # the backing file, for reserving memory
-    cdef readonly size_t file_offset  # where the mapping starts in it
-    cdef int64_t pid             # the process that mapped the pool
-    cdef readonly bint wipes     # a partition: memory handed out is zeroed first
-    cdef readonly bint emulated  # seen through cxl_emulate.h (CXLMPI_COHERENCE=emulate)
-    cdef Pool heap_pool          # the node heap this pool shares (None: its own arenas)
-    cdef size_t lazy_nbytes      # data halves not reserved yet (0: they are; `_ready`)
-    cdef readonly bint short     # ... and cannot be (agreed): its calls go to MPI
-
-    def __cinit__(self):
-        self.st.base = NULL
-        self.nbytes = 0
-        self.hosts = 1
-        self.unlinked = True
-        self.live = 0
-        self.closing = False
-        self.detached = False
-        self.fd = self.st.lock_fd = -1
-        self.file_offset = 0
-        self.pid = this_pid
-        self.emulated = False
-        memset(&self.arena, 0, sizeof(cxl_arena))
-        self.st.srcs = NULL
-
-    def __dealloc__(self):
-        self._unmap()
-        cxl_arena_destroy(&self.arena)
-        free(self.st.srcs)
-
-    cdef _unmap(self):
-        """Let go of the segment.  Only the process that mapped it clears its
-        control line and removes the name; a forked child, and a process
-        detached at exit (arrays may still be used), keep the mapping until
-        they exit and touch nothing shared."""
-        cdef char *shared
-        cdef bint mine = self.pid == this_pid
-        self.locator = None
-        if self.st.base != NULL:
-            if mine and not self.detached and self.st.size > 0:
-                leave_line(&self.st)  # this rank is gone
-            if mine and not self.detached:
-                shared = cxl_emu_detach(self.st.base) if self.emulated else NULL
-                munmap(self.st.base if shared == NULL else shared, self.nbytes)
-            self.st.base = NULL
-        if self.fd >= 0:
-            if mine:
-                let_go_line(&self.st)
-            close(self.fd)
-            self.fd = -1
-        if not self.unlinked:
-            if mine:
-                shm_unlink(self.name.encode())
-            self.unlinked = True
-
-    @staticmethod
-    def layout(int nranks, size_t pool_nbytes):
-        """(slot_offset, half_nbytes) for a pool of `pool_nbytes` bytes."""
-        cdef size_t slot_offset = HEADER_NBYTES + nranks * CTRL_NBYTES
-        slot_offset = (slot_offset + PAGE_NBYTES - 1) // PAGE_NBYTES * PAGE_NBYTES
-        if pool_nbytes <= slot_offset:
-            return slot_offset, 0
-        cdef size_t half = (pool_nbytes - slot_offset) // (2 * nranks)
-        return slot_offset, half // PAGE_NBYTES * PAGE_NBYTES
-
-    @staticmethod
-    def halves_nbytes(int nranks, size_t pool_nbytes):
-        """Bytes of the data halves of every rank of a pool."""
-        slot_offset, half = Pool.layout(nranks, pool_nbytes)
-        return 2 * nranks * half
-
-    @staticmethod
-    def mapping_nbytes(int nranks, size_t pool_nbytes, size_t arena_nbytes):
-        """Bytes of a pool with `arena_nbytes` of pool-resident arrays per
-        rank (the arenas start 2 MiB-aligned after the slots)."""
-        if arena_nbytes == 0:
-            return pool_nbytes
-        return arena_start(pool_nbytes) + <size_t>nranks * arena_nbytes
-
-    @staticmethod
-    def create(int rank, int nranks, size_t pool_nbytes, str prefix="cxlmpi",
-               int numa_node=-1, size_t arena_nbytes=0, bint emulate=False,
-               bint unnamed=True, bint lazy=False):
-        """Create, size and map a new POSIX shared-memory segment, mode
-        0600: without a name (`unnamed`, where /dev/shm takes O_TMPFILE),
-        else under an unguessable one (O_EXCL); returns the Pool of the
-        creating rank.  With `numa_node` >= 0 the segment's pages are bound
-        to that NUMA node (the policy is stored with the shared object, so
-        every rank's page faults follow it).  `emulate`: this process sees
-        the segment through caches without coherence (cxl_emulate.h).
-        `lazy` (not with `emulate`; `attach` with the same): the data
-        halves are reserved on the pool's first call that moves data."""
-        check_layout(nranks, pool_nbytes)
-        cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
-        name = f"/{prefix}-{os.getuid()}-{os.getpid()}-{secrets.token_hex(12)}"
-        cdef bytes bname = name.encode()
-        cdef int fd = -1
-        cdef struct_stat sb
-        if unnamed:
-            try:
-                fd = os.open(SHM_DIR, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
-            except OSError:
-                fd = -1   # (a kernel or file system without O_TMPFILE: named)
-        cdef Pool pool = Pool.__new__(Pool)
-        pool.name = name
-        if fd >= 0:
-            if fstat(fd, &sb) != 0:
-                close(fd)
-                raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
-            pool.locator = (f"/proc/{os.getpid()}/fd/{fd}", name, sb.st_ino)
-        else:
-            fd = shm_open(bname, O_RDWR | O_CREAT | O_EXCL, 0o600)
-            if fd < 0:
-                raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
-            pool.unlinked = False
-            pool.locator = name
-        pool.fd = fd                # kept: arena blocks are reserved through it
-        try:
-            if ftruncate(fd, total) != 0:
-                raise PoolError(errno, f"{shortage(errno)}ftruncate({name}, {total}): "
-                                       f"{strerror(errno).decode()}")
-            pool._map(fd, 0, total)
-            if numa_node >= 0:
-                bind_node(pool.st.base, total, numa_node)  # before any page exists
-            pool._reserve_segment(pool_nbytes, nranks if lazy and not emulate else 0)
-            if emulate:
-                pool._emulate(nranks, pool_nbytes)
-        except BaseException:
-            pool._unmap()
-            raise
-        pool._format(nranks, 0, pool_nbytes, arena_nbytes)
-        pool._setup(rank)
-        return pool
-
-    @staticmethod
-    def attach(object locator, int rank, int nranks, size_t pool_nbytes,
-               size_t arena_nbytes=0, bint emulate=False, bint lazy=False):
-        """Map an existing segment created by `create` on another rank, by
-        its `locator` (`emulate`: as in `create`).  An unnamed one is
-        opened through its creator's /proc/PID/fd and must be the very file
-        (its inode): PoolError(UNREACHABLE ...) where it cannot be opened
-        so, and the creator then `publish`es a name."""
-        cdef size_t total = Pool.mapping_nbytes(nranks, pool_nbytes, arena_nbytes)
-        cdef int fd
-        cdef object inode = None
-        if isinstance(locator, tuple):
-            path, name, inode = locator
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            except OSError as exc:
-                raise PoolError(exc.errno, f"{UNREACHABLE} {name} through {path}: "
-                                           f"{exc.strerror}") from None
-        else:
-            name = locator
-            fd = shm_open(name.encode(), O_RDWR, 0)
-            if fd < 0:
-                raise PoolError(errno, f"shm_open({name}): {strerror(errno).decode()}")
-        cdef struct_stat sb
-        cdef Pool pool = Pool.__new__(Pool)
-        pool.name = name
-        pool.locator = locator
-        pool.fd = fd                # kept: arena blocks are reserved through it
-        try:
-            if fstat(fd, &sb) != 0:
-                raise PoolError(errno, f"fstat({name}): {strerror(errno).decode()}")
-            if inode is not None and sb.st_ino != inode:
-                raise PoolError(0, f"{UNREACHABLE} {name}: {locator[0]} is another file")
-            if sb.st_uid != getuid() or (sb.st_mode & (S_IRWXG | S_IRWXO)):
-                raise PoolError(0, f"{name}: not a private segment of this user")
-            if <size_t>sb.st_size != total:
-                raise PoolError(0, f"{name}: {sb.st_size} bytes, expected {total}")
-            pool._map(fd, 0, total)
-            if emulate:
-                pool._emulate(nranks, pool_nbytes)
-        except BaseException:
-            pool._unmap()
-            raise
-        if lazy and not emulate:
-            pool.lazy_nbytes = Pool.halves_nbytes(nranks, pool_nbytes)
-        pool._verify(nranks, 0, pool_nbytes, arena_nbytes)
-        pool._setup(rank)
-        return pool
-
-    @staticmethod
-    def map_partition(int fd, size_t offset, size_t nbytes, int rank, int nranks,
-                      bint create, uint64_t token, str name, size_t arena_nbytes=0,
-                      bint wipe=True, bint emulate=False):
-        """Map `nbytes` of an open file or device at `offset` (a partition
-        claimed through the device's partition table, see
-        cxlmpi.backends).  The creating rank formats the partition, wiping
-        whatever an earlier job left in its control lines; the others check
-        that it carries this job's `token`.  `wipe`: memory an earlier job
-        may have left data in (a device whose freed partitions are not
-        hole-punched, Device.wipes): the data halves are zeroed now (in the
-        shared memory itself), each pool-resident block when first
-        reserved.  `emulate`: as in `create`."""
-        check_layout(nranks, nbytes)
-        cdef Pool pool = Pool.__new__(Pool)
-        pool.name = name
-        pool.fd = own_description(fd)   # arena blocks are reserved, its lock held through it
-        pool.file_offset = offset
-        pool._map(fd, offset, Pool.mapping_nbytes(nranks, nbytes, arena_nbytes))
-        pool.wipes = wipe           # an earlier job's data may lie there
-        if create:
-            pool._reserve_segment(nbytes)
-            if wipe:
-                pool._wipe_slots(nranks, nbytes)
-        if emulate:
-            try:
-                pool._emulate(nranks, nbytes)
-            except BaseException:
-                pool._unmap()
-                raise
-        if create:
-            pool._format(nranks, token, nbytes, arena_nbytes)
-        else:
-            pool._verify(nranks, token, nbytes, arena_nbytes)
-        pool._setup(rank)
-        return pool
-
-    cdef _map(self, int fd, size_t offset, size_t nbytes):
-        cdef void *addr = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                               fd, <off_t>offset)
-        if addr == MAP_FAILED:
-            raise PoolError(errno, f"{shortage(errno)}mmap({self.name}, {nbytes} bytes "
-                                   f"at {offset}): {strerror(errno).decode()}")
-        self.st.base = <char *>addr
-        self.nbytes = nbytes
-
-    cdef _emulate(self, int nranks, size_t pool_nbytes):
-        """From now on this process sees the mapping through a private image
-        (cxl_emulate.h): the pool proper (header, control lines, halves) is
-        loaded from memory now; lines reach the other processes only when
-        written back, by a flush or an eviction."""
-        slot_offset = Pool.layout(nranks, pool_nbytes)[0]
-        cdef char *image = cxl_emu_attach(self.st.base, self.nbytes,
-                                          min(pool_nbytes, self.nbytes), slot_offset)
-        if image == NULL:
-            raise PoolError(errno, f"emulating {self.name}: {strerror(errno).decode()}")
-        self.st.base = image
-        self.emulated = True
-
-    cdef _reserve_segment(self, size_t nbytes, int lazy_ranks=0):
-        """Back the header, control lines and slots (the first `nbytes`)
-        with memory now, so that no collective ever meets a SIGBUS; the
-        slots only as far as header steps use them when `lazy_ranks` (the
-        pool's ranks) is set (the rest: `_ready`)."""
-        cdef int err
-        slot_offset, half = Pool.layout(max(lazy_ranks, 1), nbytes)
-        cdef size_t lo = slot_offset, each = half
-        with nogil:
-            if lazy_ranks:
-                err = reserve_heads(self.fd, self.file_offset, lo, each, lazy_ranks)
-            else:
-                err = reserve_file(self.fd, self.file_offset, nbytes)
-        if lazy_ranks and not err:
-            self.lazy_nbytes = Pool.halves_nbytes(lazy_ranks, nbytes)
-        if err:
-            raise PoolError(err, f"{NO_SPACE} for the pool {self.name} ({nbytes} bytes, "
-                                 f"CXLMPI_POOL_SIZE): {strerror(err).decode()}")
-
-    cdef _wipe_slots(self, int nranks, size_t pool_nbytes):
-        """Zero the data halves of a new partition (the header and control
-        lines are formatted anew): nothing an earlier job wrote there stays."""
-        slot_offset, half = Pool.layout(nranks, pool_nbytes)
-        cdef size_t lo = slot_offset, n = 2 * <size_t>nranks * <size_t>half
-        with nogil:
-            memset(self.st.base + lo, 0, n)
-
-    cdef _format(self, int nranks, uint64_t token, size_t pool_nbytes,
-                 size_t arena_nbytes):
-        """Write the header of a new pool: control lines zeroed first (no
-        stale step of an earlier user), the magic number last."""
-        slot_offset, half = Pool.layout(nranks, pool_nbytes)
-        cdef size_t ctrl_end = HEADER_NBYTES + <size_t>nranks * CTRL_NBYTES
-        memset(self.st.base, 0, ctrl_end)
-        cdef cxl_header *h = <cxl_header *>self.st.base
-        h.version = CXL_LAYOUT_VERSION
-        h.nranks = nranks
-        h.total_nbytes = self.nbytes
-        h.slot_offset = slot_offset
-        h.half_nbytes = half
-        h.token = token
-        h.arena_offset = arena_start(pool_nbytes) if arena_nbytes else pool_nbytes
-        h.arena_nbytes = arena_nbytes
-        cxl_store_release(&h.magic, CXL_MAGIC)
-        cxl_flush_meta(self.st.base, ctrl_end, 0)
-
-    cdef _verify(self, int nranks, uint64_t token, size_t pool_nbytes,
-                 size_t arena_nbytes):
-        cdef cxl_header *h = <cxl_header *>self.st.base
-        cxl_flush_meta(h, sizeof(cxl_header), 1)
-        slot_offset, half = Pool.layout(nranks, pool_nbytes)
-        if (cxl_load_acquire(&h.magic) != CXL_MAGIC or h.version != CXL_LAYOUT_VERSION
-                or h.arena_nbytes != arena_nbytes
-                or h.nranks != <uint32_t>nranks or h.total_nbytes != self.nbytes
-                or h.slot_offset != slot_offset or h.half_nbytes != half
-                or h.token != token):
-            self._unmap()
-            raise PoolError(0, f"{self.name}: header does not match this job's pool")
-
-    cdef _setup(self, int rank):
-        cdef cxl_header *h = <cxl_header *>self.st.base
-        self.st.rank = rank
-        self.st.size = h.nranks
-        self.st.step = 0
-        self.st.half_nbytes = h.half_nbytes
-        self.st.slot_offset = h.slot_offset
-        self.st.sw = 0
-        self.st.spin = 1
-        self.st.timeout_s = 0
-        self.st.res = NULL
-        self.st.srcs = <const char **>malloc(max(self.st.size, 1) * sizeof(char *))
-        if self.st.srcs == NULL:
-            raise MemoryError()
-        memset(&self.st.progress, 0, sizeof(cxl_progress))
-        self.st.ops = 0
-        self.st.passed_from = self.st.pool_ops = 0
-        self.st.sig_pending = 0
-        self.st.stream = 0
-        self.st.took_zc = 0
-        self.rsag_min_ranks = 3
-        self.st.heap = self.st.base      # its own arenas, until share_heap
-        self.st.heap_lo = h.arena_offset
-        self.st.heap_hi = self.nbytes
-        if self.lazy_nbytes:
-            prefault_heads(self.st.base, h.slot_offset, h.half_nbytes, h.nranks)
-        else:
-            prefault(self.st.base, h.slot_offset,
-                     min(h.slot_offset + 2 * <size_t>h.nranks * h.half_nbytes, self.nbytes))
-        if h.arena_nbytes:
-            if not self.emulated:
-                advise_huge(self.st.base, h.arena_offset, self.nbytes)
-            cxl_arena_init(&self.arena, self.st.base,
-                           h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
-                           self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
-            self.arena.wipe = self.wipes
-        cdef cxl_ctrl *line = ctrl(&self.st, rank)
-        cdef int rc = setup_liveness(&self.st, self.fd, self.file_offset, h.token)
-        if rc != 0:
-            self._unmap()
-            raise PoolError(rc, f"cannot lock a byte of {self.name}: {strerror(rc).decode()}")
-        line.pid = getpid()
-        line.host = host_id
-        line.attached = 1
-        line.beat = 0
-        line.beat_period_ns = cxl_beat_period_ns
-        line.start = start_ticks
-        cxl_store_release(&line.seq, 0)
-        cxl_flush_meta(line, CTRL_NBYTES, 0)
-        rc = cxl_beat_add(&line.beat, 1, &h.token, h.token)
-        if rc != 0:
-            self._unmap()
-            raise PoolError(rc, f"cannot start the heartbeat: {strerror(rc).decode()}")
 
     def tune(self, size_t chunk_nbytes, size_t rsag_min_nbytes, size_t zerocopy_min_nbytes):
         """Set the tunables, alike on every rank: the bytes a rank publishes
@@ -435,192 +27,28 @@ cdef class Pool:
         tunes every pool it makes from the configuration, their one source;
         an untuned pool (zeros) still runs every collective correctly, one
         element a step."""
-        self.chunk_nbytes = chunk_nbytes
-        self.rsag_min_nbytes = rsag_min_nbytes
-        self.zerocopy_min_nbytes = zerocopy_min_nbytes
-
-    def unlink(self):
-        """Remove the segment's name; the mappings stay valid."""
-        if not self.unlinked:
-            shm_unlink(self.name.encode())
-            self.unlinked = True
-
-    def publish(self):
-        """Give an unnamed segment its name (for ranks that cannot open it
-        through /proc), to be removed by `unlink` once they have; returns
-        the new locator."""
-        cdef bytes path = f"/proc/self/fd/{self.fd}".encode()
-        cdef bytes target = (SHM_DIR + self.name).encode()
-        if isinstance(self.locator, tuple):
-            # (linkat follows the /proc link to the file; Python's os.link
-            # links the link itself, which fails across file systems)
-            if linkat(AT_FDCWD, path, AT_FDCWD, target, AT_SYMLINK_FOLLOW) != 0:
-                raise PoolError(errno, f"naming {self.name}: {strerror(errno).decode()}")
-            self.unlinked = False
-            self.locator = self.name
-        return self.locator
-
-    def close(self):
-        """No more collectives: unmap the segment (and unlink it if this rank
-        still owns the name), then give a claimed partition back - once the
-        last pool-resident array of this rank is gone, too."""
-        self.closing = True
-        if self.live == 0:
-            self._finish_close()
-
-    cdef _finish_close(self):
-        self._unmap()
-        heap, self.heap_pool = self.heap_pool, None
-        if heap is not None:
-            heap._let_go()
-        release, self.release = self.release, None
-        if release is not None and self.pid == this_pid:
-            release()
-
-    def detach(self):
-        """The process is exiting: no more collectives or allocations; this
-        rank's control line says it is gone and a claimed partition is given
-        back now, while the device is still open.  Arrays still alive keep
-        their memory mapped until the process ends (nothing of the pool is
-        written again)."""
-        self.closing = True
-        self.arena.retired = 1
-        if self.live == 0:
-            self._finish_close()
-            return
-        if self.pid == this_pid and not self.detached and self.st.base != NULL \
-                and self.st.size > 0:
-            leave_line(&self.st)
-        self.detached = True
-        release, self.release = self.release, None
-        if release is not None and self.pid == this_pid:
-            release()
+        self.st.chunk_nbytes = chunk_nbytes
+        self.st.rsag_min_nbytes = rsag_min_nbytes
+        self.st.zerocopy_min_nbytes = zerocopy_min_nbytes
 
     @property
-    def inherited(self):
-        """True in a child made by fork(): the pool is its parent's, and the
-        child may neither allocate from it nor run collectives in it."""
-        return self.pid != this_pid
-
-    # ------------------------------------------------ pool-resident memory
-
-    def allocate(self, size_t nbytes, bint reserve=True):
-        """A PoolBuffer of `nbytes` in this rank's arena (first fit, 64-byte
-        aligned; 4 KiB for 64 KiB and more), its memory reserved in the
-        backing file unless `reserve` is False.  MemoryError when the arena
-        is full; PoolNoSpace (a MemoryError) when /dev/shm or the pool file
-        cannot hold it; ValueError when closed or in a forked child."""
-        self._check()
-        cdef size_t off = 0
-        cdef int rc
-        with nogil:   # a C allocator: no Python (no collection) inside
-            rc = cxl_arena_alloc(&self.arena, nbytes, reserve, &off)
-        if rc == CXL_ALLOC_OK:
-            try:
-                return PoolBuffer._new(self, off, nbytes, True, False)
-            except BaseException:
-                cxl_arena_free(&self.arena, off)
-                raise
-        if rc == CXL_ALLOC_NOSPACE:
-            raise PoolNoSpace(f"cxlmpi: {NO_SPACE} for {nbytes} bytes of pool-resident "
-                              f"arrays (/dev/shm or the pool file is full)")
-        if rc != CXL_ALLOC_FULL:
-            self._check()
-            raise ValueError("pool is closed")
-        raise MemoryError(
-            f"cxlmpi: no room for {nbytes} bytes among this rank's pool-resident "
-            f"arrays ({self.arena.nbytes} bytes, {self.arena_free()} free); raise "
-            f"CXLMPI_ARENA_SIZE")
-
-    cdef _let_go(self):
-        """A PoolBuffer or a pool sharing this heap no longer needs the
-        mapping: finish a close that waited for the last of them."""
-        self.live -= 1
-        if self.closing and self.live == 0:
-            self._finish_close()
-
-    def share_heap(self, Pool heap):
-        """From now on this pool's zero-copy paths read and write arrays of
-        `heap`'s arenas (a node heap every rank of this pool has mapped at
-        some address of its own: offsets are from its start, the same in
-        every process); this pool, made without arenas, keeps `heap` mapped
-        until it is closed."""
-        if self.arena_nbytes() or heap.closed or heap.heap_pool is not None:
-            raise ValueError("share_heap: a pool without arenas, a heap with them")
-        self.st.heap = heap.st.base
-        self.st.heap_lo = heap.st.heap_lo
-        self.st.heap_hi = heap.st.heap_hi
-        heap.live += 1
-        self.heap_pool = heap
+    def chunk_nbytes(self):
+        return self.st.chunk_nbytes
 
     @property
-    def heap(self):
-        """The pool whose arenas hold the arrays this pool uses in place:
-        the node heap it shares, or itself."""
-        return self if self.heap_pool is None else self.heap_pool
+    def rsag_min_nbytes(self):
+        return self.st.rsag_min_nbytes
 
     @property
-    def identity(self):
-        """What tells this mapping apart from every other (its segment's or
-        partition's name and token): equal in every process that maps it."""
-        if self.st.base == NULL:
-            return None
-        return self.name, (<cxl_header *>self.st.base).token
+    def zerocopy_min_nbytes(self):
+        return self.st.zerocopy_min_nbytes
 
-    cdef _give_back(self, size_t off):
-        """Return a block to the arena (a no-op in a forked child)."""
-        cxl_arena_free(&self.arena, off)
+    property rsag_min_ranks:
+        def __get__(self):
+            return self.st.rsag_min_ranks
 
-    def arena_address(self):
-        """The address of this rank's arena allocator (cxl_alloc.h), for
-        the NumPy hook (cxlmpi._alloc), which shares it: `keep` the pool
-        first."""
-        return <uintptr_t>&self.arena
-
-    def keep(self):
-        """Keep this pool's mapping, and its arena allocator, for as long as
-        the process lives (the NumPy hook hands out its memory)."""
-        self.live += 1
-
-    def arena_free(self):
-        """Free bytes in this rank's arena."""
-        return cxl_arena_free_bytes(&self.arena)
-
-    def arena_nbytes(self):
-        """Bytes of each rank's arena (0: no pool-resident arrays)."""
-        if self.st.base == NULL:
-            return 0
-        return (<cxl_header *>self.st.base).arena_nbytes
-
-    def arena_span(self):
-        """(first, last + 1) address of the arenas of its heap (its own or
-        the node heap it shares), (0, 0) when it has none (for
-        cxlmpi._shim's residency hint)."""
-        if self.st.base == NULL or self.st.heap_lo >= self.st.heap_hi:
-            return 0, 0
-        return (<uintptr_t>self.st.heap + self.st.heap_lo,
-                <uintptr_t>self.st.heap + self.st.heap_hi)
-
-    def offset_of(self, uintptr_t address, size_t nbytes):
-        """Offset in its heap of [address, address + nbytes) when it lies in
-        the heap's arenas (any rank's), else -1."""
-        cdef uint64_t at = resident(&self.st, <const char *>address, nbytes)
-        return <int64_t>at - 1
-
-    def view(self, size_t offset, size_t nbytes):
-        """A read-only PoolBuffer on `nbytes` at `offset` of the arenas (a
-        peer's array: Bcast_view); it keeps the mapping alive."""
-        if self.heap_pool is not None:
-            return self.heap_pool.view(offset, nbytes)
-        self._check()
-        if offset < self.st.heap_lo or offset + nbytes > self.st.heap_hi \
-                or offset + nbytes < offset:
-            raise ValueError(f"offset {offset} + {nbytes} bytes is outside the arenas")
-        return PoolBuffer._new(self, offset, nbytes, False, True)
-
-    @property
-    def closed(self):
-        return self.st.base == NULL or self.closing
+        def __set__(self, int value):
+            self.st.rsag_min_ranks = value
 
     @property
     def rank(self):
@@ -675,27 +103,6 @@ cdef class Pool:
     def missing_ranks(self):
         """Ranks that have not yet published this rank's current step."""
         return [q for q, s in enumerate(self.seqs()) if s < self.st.step]
-
-    cdef _check(self):
-        if self.pid != this_pid:
-            raise ValueError("this pool belongs to the parent process: a child made "
-                             "by fork() can neither allocate from it nor run "
-                             "collectives in it")
-        if self.st.base == NULL or self.closing:
-            raise ValueError("pool is closed")
-
-    cdef size_t _chunk(self, size_t itemsize, bint rsag, int flags):
-        """Bytes one rank publishes per step: whole elements that fit a half
-        (with room for the 1/p result slice in the reduce-scatter case);
-        CXLMPI_CHUNK_SIZE, or the whole half with the V_BIGCHUNK variant."""
-        cdef size_t cap = self.st.half_nbytes
-        if rsag:
-            cap = cap * self.st.size // (self.st.size + 1) - itemsize
-        cdef size_t chunk = self.chunk_nbytes if self.chunk_nbytes < cap else cap
-        if flags & V_BIGCHUNK:
-            chunk = cap
-        chunk -= chunk % itemsize
-        return chunk if chunk >= itemsize else itemsize
 
     cdef _ready(self, str what):
         """(after a call's `_expect`: first data through a lazily reserved
@@ -831,7 +238,7 @@ cdef class Pool:
         cdef int rc
         self._expect("Barrier", -1, -1, -1, 0, 0)
         with nogil:
-            rc = alg_barrier(&self.st)
+            rc = run_barrier(&self.st)
         self._done(rc, "Barrier")
 
     def bcast(self, uintptr_t address, size_t nbytes, int root, int flags=0):
@@ -839,18 +246,11 @@ cdef class Pool:
         with the variant `flags` (V_*); True when it ran zero-copy (every
         rank alike)."""
         self._check()
-        cdef size_t chunk = self._chunk(1, False, flags)
-        cdef int rc = OK
-        cdef bint zc = self._zerocopy(nbytes)
-        cdef uint64_t mine = 0, theirs = 0
+        cdef int rc
         self._expect("Bcast", root, -1, -1, nbytes, 0, flags)
         self._ready("Bcast")
-        if zc and self.st.rank == root:
-            mine = resident(&self.st, <const char *>address, nbytes)
-        elif zc:
-            theirs = resident(&self.st, <const char *>address, nbytes)
         with nogil:
-            rc = run_bcast(&self.st, <char *>address, nbytes, root, chunk, zc, mine, theirs)
+            rc = run_bcast(&self.st, <char *>address, nbytes, root, flags)
         self._done(rc, "Bcast")
         return self.st.took_zc != 0
 
@@ -862,54 +262,15 @@ cdef class Pool:
         True when it ran zero-copy (every rank alike)."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        # Two ranks move the same bytes across cores either way, and the
-        # everyone-reduces-all algorithm takes one step per chunk instead of
-        # two: by default reduce-scatter + allgather from three ranks on.
-        cdef bint rsag = (self.st.size >= self.rsag_min_ranks
-                          and count * itemsize >= self.rsag_min_nbytes)
-        if flags & V_RSAG:
-            rsag = True
-        elif flags & V_FLAT:
-            rsag = False
-        rsag = rsag and count >= <size_t>self.st.size
-        cdef size_t chunk = self._chunk(itemsize, rsag, flags)
-        cdef int rc = OK
-        cdef size_t nbytes = count * itemsize
-        cdef bint zc = self._zerocopy(nbytes)
-        cdef uint64_t send1 = 0, recv1 = 0
-        self._expect("Allreduce" if root < 0 else "Reduce", root, op, tcode, nbytes, 0, flags)
-        self._ready("Allreduce" if root < 0 else "Reduce")
-        if zc:
-            send1 = resident(&self.st, <const char *>sendaddr, nbytes)
-            if root < 0 or root == self.st.rank:
-                recv1 = resident(&self.st, <const char *>recvaddr, nbytes)
+        cdef int rc
+        what = "Allreduce" if root < 0 else "Reduce"
+        self._expect(what, root, op, tcode, count * itemsize, 0, flags)
+        self._ready(what)
         with nogil:
             rc = run_reduce(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
-                            itemsize, fn, root, rsag, chunk, zc, send1, recv1)
-        self._done(rc, "Allreduce" if root < 0 else "Reduce")
+                            itemsize, fn, root, flags)
+        self._done(rc, what)
         return self.st.took_zc != 0
-
-    cdef bint _zerocopy(self, size_t nbytes):
-        """Whether a collective of `nbytes` first asks where every rank's
-        buffers live (the same answer on every rank: the pool has arenas,
-        and the size is past zerocopy_min_nbytes)."""
-        return (self.st.heap_lo < self.st.heap_hi and nbytes >= self.zerocopy_min_nbytes
-                and self.st.size <= MAX_ZC_RANKS)
-
-    cdef bint _zerocopy_tables(self, size_t nbytes):
-        """`_zerocopy`, and room in a half for the three tables of p words
-        the personalized collectives publish."""
-        return self._zerocopy(nbytes) and <size_t>self.st.size * 24 <= self.st.half_nbytes
-
-    def _sub(self, size_t itemsize, int flags=0):
-        """Bytes of a per-destination sub-slot (whole elements, 64-aligned)."""
-        cdef size_t sub = self.st.half_nbytes // self.st.size
-        cdef size_t chunk = self.chunk_nbytes
-        if chunk < sub and not flags & V_BIGCHUNK:
-            sub = chunk
-        sub -= sub % 64
-        sub -= sub % itemsize
-        return sub if sub >= itemsize else itemsize
 
     def agree(self, uint64_t value, str what="header step", int root=-1,
               uint64_t pairs=0):
@@ -951,24 +312,12 @@ cdef class Pool:
         self._expect(what, root, -1, -1, max_nbytes, pairs, flags)
         self._ready(what)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
-        cdef size_t chunk = self._chunk(1, False, flags)
-        cdef size_t nsteps = (max_nbytes + chunk - 1) // chunk
-        cdef int rc = OK, p = self.st.size
-        cdef bint zc = self._zerocopy_tables(max_nbytes * p), done = False
-        cdef bint reader = root < 0 or root == self.st.rank
-        # As a personalized exchange: the same block for every rank; off the
-        # root of a Gather nothing is received.
-        cdef _Arrays send = _Arrays([sendaddr] * p, [send_nbytes] * p) if zc else None
-        cdef _Arrays into = recv if reader or not zc else _Arrays([0] * p, [0] * p)
+        cdef int rc
         with nogil:
-            if zc:
-                rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
-                                     into.addr, into.nbytes, &done)
-            if rc == OK and not done:
-                rc = alg_gather(&self.st, <const char *>sendaddr, send_nbytes,
-                                recv.addr, recv.nbytes, root, nsteps, chunk)
+            rc = run_gather(&self.st, <const char *>sendaddr, send_nbytes, recv.addr,
+                            recv.nbytes, root, max_nbytes, flags)
         self._done(rc, what)
-        return done
+        return self.st.took_zc != 0
 
     def exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
                  size_t max_nbytes, str what, int root=-1, uint64_t pairs=0,
@@ -983,19 +332,12 @@ cdef class Pool:
         self._ready(what)
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
-        cdef size_t sub = self._sub(1, flags)
-        cdef size_t nsteps = (max_nbytes + sub - 1) // sub
-        cdef int rc = OK
-        cdef bint zc = self._zerocopy_tables(max_nbytes * self.st.size), done = False
+        cdef int rc
         with nogil:
-            if zc:
-                rc = exchange_direct(&self.st, <const char **>send.addr, send.nbytes,
-                                     recv.addr, recv.nbytes, &done)
-            if rc == OK and not done:
-                rc = alg_exchange(&self.st, <const char **>send.addr, send.nbytes,
-                                  recv.addr, recv.nbytes, nsteps, sub)
+            rc = run_exchange(&self.st, <const char **>send.addr, send.nbytes, recv.addr,
+                              recv.nbytes, max_nbytes, flags)
         self._done(rc, what)
-        return done
+        return self.st.took_zc != 0
 
     def reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr,
                        size_t itemsize, int op, int tcode, bint inplace, str what,
@@ -1006,41 +348,18 @@ cdef class Pool:
         result; `flags`: the variant (V_*).  True when it ran zero-copy."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        cdef _Arrays send = _Arrays(send_addrs, counts)
+        cdef _Arrays send = _Arrays(send_addrs, counts)   # nbytes: the counts
         # every rank passes the same counts: their hash must agree
         self._expect(what, -1, op, tcode,
                      (counts_hash(send.nbytes, self.st.size) ^ itemsize) & ((1 << 56) - 1),
                      0, flags)
         self._ready(what)
-        cdef size_t sub_count = self._sub(itemsize, flags) // itemsize
-        cdef size_t nsteps = 0, q
-        cdef size_t total = 0
-        for q in range(self.st.size):
-            nsteps = max(nsteps, (send.nbytes[q] + sub_count - 1) // sub_count)
-            total += send.nbytes[q] * itemsize
-        cdef int rc = OK
-        # In place the result overwrites the start of the send buffer, which
-        # rank 0 may still be reading: the copying path then.
-        cdef bint zc = self._zerocopy_tables(total) and not inplace
-        cdef bint all_resident = False, push = False
-        cdef _Arrays blocks = _Arrays(send_addrs, [c * itemsize for c in counts]) \
-            if zc else None
-        cdef _Arrays nothing = _Arrays([0] * self.st.size, [0] * self.st.size) \
-            if zc else None
+        cdef int rc
         with nogil:
-            if zc:
-                rc = publish_block_offsets(&self.st, <const char **>blocks.addr,
-                                           blocks.nbytes, nothing.addr, nothing.nbytes,
-                                           &all_resident, &push)
-            if rc == OK and zc and all_resident:
-                rc = alg_reduce_scatter_pull(&self.st, fn, <char *>recvaddr,
-                                             send.nbytes[self.st.rank], itemsize)
-            elif rc == OK:
-                rc = alg_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
-                                        <char *>recvaddr, itemsize, fn, nsteps, sub_count,
-                                        inplace)
+            rc = run_reduce_scatter(&self.st, <const char **>send.addr, send.nbytes,
+                                    <char *>recvaddr, itemsize, fn, inplace, flags)
         self._done(rc, what)
-        return zc and all_resident
+        return self.st.took_zc != 0
 
     def scan(self, uintptr_t sendaddr, uintptr_t recvaddr, size_t count,
              size_t itemsize, int op, int tcode, bint exclusive, int flags=0):
@@ -1048,78 +367,14 @@ cdef class Pool:
         contributions of ranks 0 .. r (0 .. r-1); `flags`: the variant."""
         self._check()
         cdef cxl_reduce_fn fn = reducer(op, tcode)
-        cdef size_t chunk = self._chunk(itemsize, False, flags)
-        cdef int nranks = self.st.rank if exclusive else self.st.rank + 1
         cdef int rc
-        self._expect("Exscan" if exclusive else "Scan", -1, op, tcode, count * itemsize, 0,
-                     flags)
-        self._ready("Exscan" if exclusive else "Scan")
+        what = "Exscan" if exclusive else "Scan"
+        self._expect(what, -1, op, tcode, count * itemsize, 0, flags)
+        self._ready(what)
         with nogil:
-            rc = alg_fold_prefix(&self.st, <const char *>sendaddr, <char *>recvaddr,
-                                 count, itemsize, fn, -1, nranks, chunk)
-        self._done(rc, "Exscan" if exclusive else "Scan")
-
-
-cdef char *BYTE_FORMAT = "B"
-
-
-@cython.no_gc_clear   # a collected cycle holding it must still give its block back
-cdef class PoolBuffer:
-    """Memory in a pool's arenas, exported through the buffer protocol (what
-    cxlmpi.empty wraps in a numpy array).  An allocation of this rank's
-    arena goes back to it when the PoolBuffer is collected; every
-    PoolBuffer keeps the pool mapped, even after its communicator is freed."""
-    cdef Pool pool
-    cdef readonly size_t offset
-    cdef readonly size_t nbytes
-    cdef bint owns_block          # an allocation of this rank's arena (not a view)
-    cdef readonly bint readonly
-    cdef Py_ssize_t shape[1]
-    cdef Py_ssize_t strides[1]
-
-    @staticmethod
-    cdef PoolBuffer _new(Pool pool, size_t offset, size_t nbytes, bint owns_block,
-                         bint readonly):
-        cdef PoolBuffer b = PoolBuffer.__new__(PoolBuffer)
-        b.pool = pool
-        b.offset = offset
-        b.nbytes = nbytes
-        b.owns_block = owns_block
-        b.readonly = readonly
-        pool.live += 1
-        return b
-
-    @property
-    def address(self):
-        return <uintptr_t>(self.pool.st.base + self.offset)
-
-    def __getbuffer__(self, Py_buffer *view, int flags):
-        if self.readonly and (flags & PyBUF_WRITABLE):
-            raise BufferError("a read-only view of another rank's pool array "
-                              "(Bcast_view) cannot be written")
-        self.shape[0] = self.nbytes
-        self.strides[0] = 1
-        view.buf = self.pool.st.base + self.offset
-        view.obj = self
-        view.len = self.nbytes
-        view.readonly = self.readonly
-        view.itemsize = 1
-        view.format = BYTE_FORMAT if (flags & PyBUF_FORMAT) else NULL
-        view.ndim = 1
-        view.shape = self.shape
-        view.strides = self.strides
-        view.suboffsets = NULL
-        view.internal = NULL
-
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
-    def __dealloc__(self):
-        if self.pool is None:
-            return
-        if self.owns_block:
-            self.pool._give_back(self.offset)
-        self.pool._let_go()
+            rc = run_scan(&self.st, <const char *>sendaddr, <char *>recvaddr, count,
+                          itemsize, fn, exclusive, flags)
+        self._done(rc, what)
 
 
 cdef class _Arrays:

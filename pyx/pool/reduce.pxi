@@ -1,5 +1,6 @@
 # Reduce, Allreduce and the scans: everyone folds everything (small), reduce-
-# scatter then allgather (large), and folding straight from pool buffers.
+# scatter then allgather (large), and folding straight from pool buffers;
+# run_reduce and run_scan choose.
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
@@ -141,22 +142,47 @@ cdef inline size_t slice_bound(state_t *st, size_t count, int r,
     return at
 
 
+cdef bint reduce_rsag(state_t *st, size_t count, size_t itemsize,
+                      int flags) noexcept nogil:
+    """Whether a reduction of `count` elements runs reduce-scatter +
+    allgather: the V_RSAG / V_FLAT variant, else by its size and ranks
+    (never with fewer elements than ranks)."""
+    # Two ranks move the same bytes across cores either way, and the
+    # everyone-reduces-all algorithm takes one step per chunk instead of
+    # two: by default reduce-scatter + allgather from three ranks on.
+    cdef bint rsag = (st.size >= st.rsag_min_ranks
+                      and count * itemsize >= st.rsag_min_nbytes)
+    if flags & V_RSAG:
+        rsag = True
+    elif flags & V_FLAT:
+        rsag = False
+    return rsag and count >= <size_t>st.size
+
+
 cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t count,
-                    size_t itemsize, cxl_reduce_fn fn, int root, bint rsag, size_t chunk,
-                    bint zc, uint64_t send1, uint64_t recv1) noexcept nogil:
-    """Reduce (to `root`) and Allreduce (root < 0).  With `zc` a header step
-    first publishes where every rank's buffers live (`send1`, `recv1`:
-    offset + 1 or 0), and every rank picks alike: every send buffer in the
-    pool -- fold straight from them (alg_reduce_pull); some -- read those in
-    place and the others through their halves.  Then reduce-scatter +
-    allgather (`rsag`, large) or every receiver folding everything."""
+                    size_t itemsize, cxl_reduce_fn fn, int root, int flags) noexcept nogil:
+    """Reduce (to `root`) and Allreduce (root < 0), with the variant `flags`
+    (V_*); `sendbuf` may equal `recvbuf` (in place), `recvbuf` is ignored
+    off the root of a Reduce.  A large reduction in a pool with arenas
+    (`zerocopy`) first takes a header step that publishes where every
+    rank's buffers live, and every rank picks alike: every send buffer in
+    the pool -- fold straight from them (alg_reduce_pull); some -- read
+    those in place and the others through their halves.  Then reduce-
+    scatter + allgather (`reduce_rsag`) or every receiver folding
+    everything."""
     cdef uint64_t sends[MAX_ZC_RANKS]
     cdef uint64_t recvs[MAX_ZC_RANKS]
     cdef const char *res[MAX_ZC_RANKS]
     cdef bint all_recv = False, any_res = False
     cdef int q, rc
     cdef size_t nbytes = count * itemsize
+    cdef bint rsag = reduce_rsag(st, count, itemsize, flags)
+    cdef bint zc = zerocopy(st, nbytes)
+    cdef uint64_t send1 = 0, recv1 = 0   # offset + 1 of this rank's buffers, or 0
     if zc:
+        send1 = resident(st, sendbuf, nbytes)
+        if root < 0 or root == st.rank:
+            recv1 = resident(st, recvbuf, nbytes)
         # a send buffer may be read in place, a receive buffer written into
         will_lend(st, sendbuf if send1 else NULL, nbytes)
         if recv1 != send1:
@@ -191,6 +217,7 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
                 res[q] = st.heap + sends[q] - 1
                 any_res = True
     st.res = res if any_res else NULL
+    cdef size_t chunk = step_chunk(st, itemsize, rsag, flags)
     if rsag:
         rc = alg_reduce_rsag(st, sendbuf, recvbuf, count, itemsize, fn, root, chunk)
     else:
@@ -199,3 +226,13 @@ cdef int run_reduce(state_t *st, const char *sendbuf, char *recvbuf, size_t coun
     if rc == OK and any_res:
         rc = step_all(st)  # completion: peers are done reading
     return rc
+
+
+cdef int run_scan(state_t *st, const char *sendbuf, char *recvbuf, size_t count,
+                  size_t itemsize, cxl_reduce_fn fn, bint exclusive,
+                  int flags) noexcept nogil:
+    """Scan (inclusive) or Exscan of `count` elements, with the variant
+    `flags`: rank r folds the contributions of ranks 0 .. r (0 .. r-1)."""
+    return alg_fold_prefix(st, sendbuf, recvbuf, count, itemsize, fn, -1,
+                           st.rank if exclusive else st.rank + 1,
+                           step_chunk(st, itemsize, False, flags))

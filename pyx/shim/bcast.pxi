@@ -38,7 +38,7 @@ def Bcast(self, buf, int root=0):
     cdef Message msg = None, parsed = None
     cdef int code = 0, zc = 0
     if not disabled and not skip(self, BCAST, buf) and 0 <= root < comm_size(self):
-        msg = parsed = parse_any(buf, root != comm_rank(self), 0, lo[BCAST])
+        msg = parsed = message(buf, root != comm_rank(self), 0, lo[BCAST])
         if msg is not None and not within(BCAST, msg.nbytes):
             msg = None
     state = state_of(self, BCAST) if msg is not None else None

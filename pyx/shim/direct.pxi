@@ -1,7 +1,7 @@
 # The calls that pass through, made straight to the MPI library
 # (pyx/cxl_mpi.h) where the shim has read the message as mpi4py reads it: a
-# message the method parsed (`parse`: every form mpi4py takes, with a
-# predefined type; a vector message, `read_vector`), or, where it parsed
+# message the method parsed (`message`: every form mpi4py takes, with a
+# predefined type; a vector message, `vector`), or, where it parsed
 # none (a small numpy array that `skip` let by), a bare contiguous buffer of
 # a predefined type; IN_PLACE where a reduction or Allgatherv allows it.
 # mpi4py would parse it again and call the same function with the same

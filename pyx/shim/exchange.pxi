@@ -106,11 +106,11 @@ def Alltoall(self, sendbuf, recvbuf):
     cdef Message send = None, recv = None, pr
     cdef int size = comm_size(self), code = 0, zc = 0
     cdef Py_ssize_t block = -1
-    pr = recv = parse_any(recvbuf, True, size, lo[ALLTOALL])
+    pr = recv = message(recvbuf, True, size, lo[ALLTOALL])
     if inplace:
         block = recv.nbytes if recv is not None else -1
     else:
-        send = parse_any(sendbuf, False, size, lo[ALLTOALL])
+        send = message(sendbuf, False, size, lo[ALLTOALL])
         block = send.nbytes if send is not None else -1
         if recv is not None and (send is None or send.nbytes != recv.nbytes
                                  or aliased(send, recv)):
@@ -165,8 +165,8 @@ def Alltoallv(self, sendbuf, recvbuf):
     refused = None
     if eligible:
         try:
-            rvec = read_vector(recvbuf, True, size)
-            svec = read_vector(sendbuf, False, size)
+            rvec = vector(recvbuf, True, size)
+            svec = vector(sendbuf, False, size)
         except ValueError as exc:  # outside its buffer: every rank raises
             refused = exc
         if rvec is not None and svec is not None and not aliased(svec.m, rvec.m):
@@ -213,10 +213,10 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     opc = op_code(op)
     if opc is not None:
         if sendbuf is _IN_PLACE:
-            recv = parse_reduced(recvbuf, True, size)
+            recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
         else:
-            pr = recv = parse_reduced(recvbuf, True)
-            send = parse_reduced(sendbuf, False, size) if recv is not None else None
+            pr = recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
+            send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
             if send is None or send.count != recv.count or \
                     send.handle != recv.handle or aliased(send, recv):
                 recv = None
@@ -276,12 +276,12 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
                 break
             total += counts.counts[i]
     if counts is not None:
-        recv = parse_reduced(recvbuf, True)
+        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
         if recv is not None and sendbuf is _IN_PLACE:
             if recv.count != total:
                 recv = None
         elif recv is not None:
-            send = parse_reduced(sendbuf, False)
+            send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
             if send is None or send.count != total or recv.count != counts.counts[rank] \
                     or send.handle != recv.handle or aliased(send, recv):
                 recv = send = None

@@ -25,11 +25,11 @@ def Allgather(self, sendbuf, recvbuf):
         return
     cdef Message send = None, recv = None, pr
     cdef Py_ssize_t block = -1
-    pr = recv = parse_any(recvbuf, True, size, lo[ALLGATHER])
+    pr = recv = message(recvbuf, True, size, lo[ALLGATHER])
     if inplace:
         block = recv.nbytes if recv is not None else -1
     else:
-        send = parse_any(sendbuf, False, 0, lo[ALLGATHER] // size)
+        send = message(sendbuf, False, 0, lo[ALLGATHER] // size)
         block = send.nbytes if send is not None else -1
         if recv is not None and (send is None or send.nbytes != recv.nbytes
                                  or aliased(send, recv)):
@@ -77,13 +77,11 @@ def Allgatherv(self, sendbuf, recvbuf):
     cdef Py_ssize_t i
     cdef uint64_t pairs
     if not disabled:
-        vec = read_vector(recvbuf, True, size)
-        if vec is None:
-            vec = stage_vector(recvbuf, size)
+        vec = vector(recvbuf, True, size, True)
         if vec is not None:
             recv = vec.m
             if sendbuf is not _IN_PLACE:
-                send = parse_any(sendbuf, False)
+                send = message(sendbuf, False)
             # the pool's set-up (collective) from what every rank holds
             # alike, the counts; a rank whose own block is not the one it
             # names sends the call to MPI after it (its peers follow)

@@ -1,45 +1,29 @@
-# The compiled route table of adaptive selection (cxlmpi.select): per
-# collective x size class x placement, the path a call takes and until
-# when.  Every index Python hands it is checked here before it touches
-# the table (a size class comes from a cache file, too: cxlmpi.cache).
+# The compiled half of path selection (the policy is cxlmpi.select's): the
+# route table of adaptive selection (Routes: per collective x size class x
+# placement, the path a call takes and until when; every index Python
+# hands it is checked before it touches the table, a size class comes from
+# a cache file too: cxlmpi.cache), and the timing rules every call
+# follows: `skip` (a settled MPI class before any parsing), `take` (the
+# path, asking the selector in a header step where unsettled), `took`
+# (what the call found, and its time for a run in flight).
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
-
-
-DEF NCLASS = 64
-# A path code (cxlmpi.select): 0 stock MPI, 1 + variant flags the pool.
-# FOLLOW: MPI, where every rank already knows it (a header step said so:
-# no pass mark, which would count the call twice).
-DEF FOLLOW = -1
-DEF SLOW = -1
-# A class no call has met yet (cxlmpi.select.NEW): its first call opens a
-# timed run on MPI without a header step, its `due` the run's length.
-DEF NEW = -2
 
 
 # The mpi4py method of each collective, as errors name it ("Allreduce").
 METHODS = tuple(name.capitalize() for name in COLLECTIVES)
 
 
-cdef inline int size_class(Py_ssize_t nbytes) noexcept nogil:
-    return 0 if nbytes <= 1 else 63 - __builtin_clzll(<unsigned long long>nbytes)
-
-
-# The largest path code: the pool with every variant flag.
-from ._pool import VARIANT_FLAGS  # noqa: E402
-cdef int MAX_CODE = 1 + sum(VARIANT_FLAGS.values())
-
-
 cdef int check_class(int which, int sc, int pl) except -1:
     """Raise unless (which, sc, pl) is a class of the table: the indices
     come from Python (a selector; size classes from a cache file too), and
     the table is written with no other check."""
-    if 0 <= which < NCOLL and 0 <= sc < NCLASS and 0 <= pl < 2:
+    if 0 <= which < NCOLL and 0 <= sc < CXL_NCLASSES and 0 <= pl < 2:
         return 0
     from .errors import CXLMPIError
 
     raise CXLMPIError(
         f"adaptive selection: class (collective {which}, size class {sc}, placement "
-        f"{pl}) is outside the route table ({NCOLL} x {NCLASS} x 2); remove the "
+        f"{pl}) is outside the route table ({NCOLL} x {CXL_NCLASSES} x 2); remove the "
         f"selection cache (CXLMPI_CACHE) if it was hand-made")
 
 
@@ -48,10 +32,10 @@ cdef class Routes:
     placement (0 private, 1 pool: what the class's last pool call found),
     each valid until the pool's call counter reaches its re-check; kept by
     a cxlmpi.select.Selector (`selector`), read here without Python."""
-    cdef signed char choice[NCOLL][NCLASS][2]
-    cdef unsigned char where[NCOLL][NCLASS]
-    cdef uint64_t due[NCOLL][NCLASS][2]
-    cdef int first_skip[NCLASS]   # run_skip of a class's first run (NEW), by size class
+    cdef signed char choice[NCOLL][CXL_NCLASSES][2]
+    cdef unsigned char where[NCOLL][CXL_NCLASSES]
+    cdef uint64_t due[NCOLL][CXL_NCLASSES][2]
+    cdef int first_skip[CXL_NCLASSES]   # run_skip of a class's first run (NEW), by size class
     cdef const uint64_t *ops_ptr
     cdef object pool              # keeps the call counter (and the arenas) alive
     cdef public object selector
@@ -93,21 +77,21 @@ cdef class Routes:
         self.ops_ptr = <const uint64_t *><uintptr_t>pool.ops_address()
         self.arena_lo, self.arena_hi = pool.arena_span()
         self.zc_min = pool.zerocopy_min_nbytes
-        memset(self.choice, SLOW, sizeof(self.choice))
+        memset(self.choice, CXL_PATH_SLOW, sizeof(self.choice))
         memset(self.where, 0, sizeof(self.where))
         memset(self.due, 0, sizeof(self.due))
         memset(self.first_skip, 0, sizeof(self.first_skip))
         self.run_which = -1
 
     def set(self, int which, int sc, int pl, int code, uint64_t due):
-        """Class (which, sc, pl) takes path `code` (SLOW: ask the selector)
+        """Class (which, sc, pl) takes path `code` (CXL_PATH_SLOW: ask the selector)
         until the call counter reaches `due`."""
         check_class(which, sc, pl)
-        if not NEW <= code <= MAX_CODE:
+        if not CXL_PATH_NEW <= code <= CXL_PATH_MAX:
             from .errors import CXLMPIError
 
             raise CXLMPIError(f"adaptive selection: path code {code} is none of "
-                              f"{NEW}..{MAX_CODE} (cxlmpi.select's codes)")
+                              f"{CXL_PATH_NEW}..{CXL_PATH_MAX} (cxlmpi.select's codes)")
         self.choice[which][sc][pl] = code
         self.due[which][sc][pl] = due
 
@@ -117,18 +101,19 @@ cdef class Routes:
         (0: with one; see `take`), the first skips[sc] after its opening
         one untimed (`run_skip`)."""
         cdef int which, sc, pl
-        if len(calls) != NCLASS or len(skips) != NCLASS:
+        if len(calls) != CXL_NCLASSES or len(skips) != CXL_NCLASSES:
             from .errors import CXLMPIError
 
             raise CXLMPIError(f"adaptive selection: first runs for {len(calls)} and "
-                              f"{len(skips)} size classes; the route table has {NCLASS}")
-        for sc in range(NCLASS):
+                              f"{len(skips)} size classes; the route table has {CXL_NCLASSES}")
+        for sc in range(CXL_NCLASSES):
             self.first_skip[sc] = skips[sc]
             if calls[sc] > 0:
                 for which in range(NCOLL):
                     for pl in range(2):
-                        if self.choice[which][sc][pl] == SLOW and not self.due[which][sc][pl]:
-                            self.choice[which][sc][pl] = NEW
+                        if self.choice[which][sc][pl] == CXL_PATH_SLOW and \
+                                not self.due[which][sc][pl]:
+                            self.choice[which][sc][pl] = CXL_PATH_NEW
                             self.due[which][sc][pl] = calls[sc]
 
     def start_run(self, int which, int sc, int pl, int code, uint64_t due, int skip=0):
@@ -174,3 +159,213 @@ cdef class Routes:
     def ops(self):
         """The pool's call counter (the same on every rank at a call)."""
         return self.ops_ptr[0]
+
+
+# Per thread (threads may each call on a communicator of their own at
+# once): whether the current call times its path for the selector, and the
+# routes of a call `skip` sent to MPI for a run -- a reference of its own
+# (set_run_routes): a call whose MPI raised leaves it set until the next,
+# and the communicator may be freed meanwhile.
+cdef extern from *:
+    """
+    static __thread int cxl_learning;
+    static __thread PyObject *cxl_run_routes;
+    """
+    bint learning "cxl_learning"
+    PyObject *_run_routes "cxl_run_routes"
+
+
+cdef inline void set_run_routes(PyObject *routes) noexcept:
+    """Hold `routes` (NULL: none) as this thread's run routes; the routes
+    held before are let go last (their release may run Python code)."""
+    global _run_routes
+    cdef PyObject *held = _run_routes
+    Py_XINCREF(routes)
+    _run_routes = routes
+    Py_XDECREF(held)
+
+
+cdef inline void run_ended_call(Routes r) noexcept:
+    """A call of a run timed end to end has ended (see Routes.run_span)."""
+    cdef double end = now()
+    if r.run_last > 0:   # (not the run's opening call)
+        if r.run_skip > 0:   # still in the untimed half, back to back or not
+            r.run_skip -= 1
+        elif r.ops_ptr[0] == r.run_last_ops + 1:
+            r.run_seconds += end - r.run_last
+            r.run_calls += 1
+    r.run_last = end
+    r.run_last_ops = r.ops_ptr[0]
+
+
+cdef void timed_pass(int which) noexcept:
+    """`passed` for a call of an MPI run that `skip` let through."""
+    global learning
+    learning = False
+    cdef Routes r = <Routes>_run_routes
+    set_run_routes(NULL)
+    # (the same collective: a call whose stock MPI raised never got here,
+    # and must not lend its mark to the next one)
+    if r.run_which == which and r.run_span:
+        stat_learn[which] += 1
+        run_ended_call(r)
+
+
+cdef inline bint in_arenas(Routes r, uintptr_t address, Py_ssize_t nbytes) noexcept:
+    return r.arena_lo <= address and address + <size_t>nbytes <= r.arena_hi
+
+
+cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
+              uintptr_t a=0, Py_ssize_t an=0, uintptr_t b=0, Py_ssize_t bn=0) except -9:
+    """The path of a call of `nbytes` (all blocks together) that the pool
+    could take: 0 MPI, FOLLOW MPI without a pass mark, > 0 a pool code.
+    Settled classes decide here; the others ask the selector after a
+    header step (see cxlmpi.select).
+
+    [a, a + an) and [b, b + bn): this rank's buffers when the call could
+    run zero-copy if every rank's were in the pool (0: it could not).  A
+    class settled on MPI for private buffers never runs the pool, so it
+    would never see that the program now uses pool arrays: a rank whose
+    buffers are in the arenas asks in a header step instead, where all
+    learn whether every rank's are (then the class's placement is `pool`,
+    alike on every rank); where some rank's are not, that rank goes to MPI
+    at once and the others follow it there."""
+    global learning
+    learning = False
+    if hosts_apart and which != BARRIER and not within(which, nbytes):
+        return 0   # outside the windows of the pool this call set up
+    cdef Routes r = state.routes
+    if r is None:   # pinned
+        return 1 if not adaptive or which == BARRIER or \
+            blo[which] <= nbytes < bhi[which] else 0
+    cdef int sc = cxl_size_class(nbytes)
+    cdef int pl = r.where[which][sc]
+    cdef int code = r.choice[which][sc][pl]
+    if code == CXL_PATH_NEW and (r.run_which < 0 or r.run_new):
+        # The class's first call: MPI, the reference, opens its first run,
+        # as the selector would open it, without the header step's cost
+        # (every rank meets the class at the same call).  The run's time
+        # goes out with the next header step.  It takes the place of a run
+        # another class's first call opened (that class has no learner
+        # yet: its next call after the run asks in a header step, which
+        # opens its run again), not of a run the selector waits for.
+        r.start_run(which, sc, pl, 0, r.ops_ptr[0] + r.due[which][sc][pl],
+                    r.first_skip[sc])
+        r.run_new = True
+        learning = True
+        return 0
+    cdef bint resident = (a != 0 and nbytes >= r.zc_min and in_arenas(r, a, an)
+                          and (b == 0 or in_arenas(r, b, bn)))
+    if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl] and (code or pl or not resident):
+        learning = which == r.run_which and sc == r.run_sc and pl == r.run_pl
+        return code
+    cdef double t0 = now()
+    sel = r.selector
+    report, mine = sel.report()
+    try:
+        agreed, most, spent = state.pool.header(
+            2 * (1 + nbytes) + (not resident), METHODS[which], root, 0, report, mine,
+            r.spent_ns)
+    except PoolFailure as exc:
+        if exc.passed:   # a peer sent the call to MPI: all follow, none learns
+            return FOLLOW
+        raise run_failed(comm, exc) from None
+    sel.delivered(most, spent)
+    if not agreed & 1:   # every rank's buffers are in the arenas
+        r.where[which][cxl_size_class((agreed >> 1) - 1)] = 1
+    code, learning = sel.pick(which, (agreed >> 1) - 1, r.ops_ptr[0])
+    r.spent_ns = <uint64_t>((now() - t0) * 1e9)
+    return code if code != 0 else FOLLOW   # every rank knows: no pass mark
+
+
+cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:
+    """`take` after a header step that already ran this call (the
+    v-collectives' settle): no second one."""
+    global learning
+    learning = False
+    cdef Routes r = state.routes
+    if r is None:
+        return 1 if not adaptive or blo[which] <= nbytes < bhi[which] else 0
+    cdef int sc = cxl_size_class(nbytes)
+    cdef int pl = r.where[which][sc]
+    cdef int code = r.choice[which][sc][pl]
+    if code >= 0 and r.ops_ptr[0] < r.due[which][sc][pl]:
+        learning = which == r.run_which and sc == r.run_sc and pl == r.run_pl
+        return code
+    code, learning = r.selector.pick(which, nbytes, r.ops_ptr[0])
+    return code if code != 0 else FOLLOW
+
+
+cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) except -1:
+    """`small(obj, lo[which])`, and: the class of a bare numpy array `obj`
+    (its bytes are the call's, all blocks together) is settled on MPI --
+    decided before any message parsing, from what every rank holds alike
+    (the size, the routes), so that a call adaptive selection sends to MPI
+    costs the pass-through's price.  Not when the residency hint could
+    apply (pool-sized messages on a pool with arenas: the buffers' place
+    counts).  A call of a run timed on MPI passes too, and `passed` times
+    it (`learning`)."""
+    global _ndarray, learning
+    learning = False
+    set_run_routes(NULL)
+    if _ndarray is None:
+        numpy = sys.modules.get("numpy")
+        if numpy is None:
+            return False
+        _ndarray = numpy.ndarray
+    if type(obj) is not _ndarray:
+        return False
+    cdef Py_ssize_t nbytes = obj.nbytes * scale
+    if nbytes < lo[which]:
+        return True
+    if not adaptive:
+        return False
+    state = comm_state(comm)
+    if state is None:
+        return False
+    routes = state.routes
+    if routes is None:
+        return False
+    cdef Routes r = <Routes>routes
+    if nbytes >= r.zc_min and r.arena_hi:
+        return False
+    cdef int sc = cxl_size_class(nbytes)
+    cdef int pl = r.where[which][sc]
+    if r.choice[which][sc][pl] != 0 or r.ops_ptr[0] >= r.due[which][sc][pl]:
+        return False
+    if which == r.run_which and sc == r.run_sc and pl == r.run_pl:
+        # a call of a timed run on MPI: it takes the path a settled class
+        # takes (a run through `take` would count parsing MPI never pays
+        # then), and `passed` times it
+        learning = True
+        set_run_routes(<PyObject *>r)
+    return True
+
+
+cdef inline double clock() noexcept:
+    return now() if learning or time_all else 0.0
+
+
+cdef int took(object state, int which, Py_ssize_t nbytes, int code, int zc,
+              double t) except -1:
+    """After a call that `take` routed: the placement the pool found (zc:
+    1 zero-copy, 0 copied, -1 it followed a peer to MPI), and the time of
+    a call of the run in flight (the next header step reports it)."""
+    cdef Routes r
+    if state is None:
+        return 0
+    r = state.routes
+    if r is None:
+        return 0
+    if zc >= 0 and code > 0:
+        r.where[which][cxl_size_class(nbytes)] = zc
+    if learning and zc >= 0 and r.run_which >= 0:
+        stat_learn[which] += 1
+        if code > 0 and zc != r.run_pl:
+            r.run_calls = -(1 << 40)   # it did not run as the run's class: no sample
+        elif r.run_span:
+            run_ended_call(r)
+        else:
+            r.run_seconds += now() - t
+            r.run_calls += 1
+    return 0

@@ -122,13 +122,13 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
     refused = None
     if ok and rank == root:
         try:
-            vec = read_vector(vbuf, vwritable, size)
+            vec = vector(vbuf, vwritable, size)
         except ValueError as exc:
             vec, refused = None, exc
         ok = vec is not None
     if ok and not (rank == root and own is _IN_PLACE):
         try:
-            mine = parse(own, not vwritable)
+            mine = message(own, not vwritable, 0, 0, STAGE_NONE)
         except ValueError as exc:
             mine, refused = None, exc
         ok = mine is not None and (rank != root or
@@ -184,15 +184,15 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
     if eligible:
         try:
             if rank == root:
-                whole = parse_any(recvbuf if gathering else sendbuf, gathering, size, lo[which])
+                whole = message(recvbuf if gathering else sendbuf, gathering, size, lo[which])
                 if whole is not None:
                     block = whole.nbytes
                     if own is not _IN_PLACE:
-                        mine = parse_any(own, not gathering, 0, lo[which] // size)
+                        mine = message(own, not gathering, 0, lo[which] // size)
                         if mine is None or mine.nbytes != block or aliased(mine, whole):
                             block = -1
             else:
-                mine = parse_any(own, not gathering, 0, lo[which] // size)
+                mine = message(own, not gathering, 0, lo[which] // size)
                 if mine is not None:
                     block = mine.nbytes
         except ValueError as exc:   # outside its buffer: every rank raises
@@ -362,19 +362,19 @@ cdef inline object plan_reduce(object comm, int which, object sendbuf, object re
     if opc is None:
         return None
     if receiving:
-        recv = parse_reduced(recvbuf, True)
+        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
         if recv is None:
             return None
         if sendbuf is _IN_PLACE:
             send = recv
         else:
-            send = parse_reduced(sendbuf, False)
+            send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
             if (send is None or send.count != recv.count
                     or send.handle != recv.handle
                     or aliased(send, recv)):
                 return None
     else:
-        send = parse_reduced(sendbuf, False)
+        send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
         if send is None:
             return None
     return send, recv, opc, within(which, send.nbytes) and send.tcode >= 0 \

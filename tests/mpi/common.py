@@ -141,7 +141,7 @@ def pool_expected(name: str) -> bool:
         return False   # the path is whatever measured fastest: not for a test to say
     if name == "barrier" and CFG.ordering:
         return False   # the MPI barrier that ends pool collectives does its work
-    return pool_groups()[0] < 2 or name in hierarchy.COLLECTIVES
+    return pool_groups()[0] < 2 or name in hierarchy.ACROSS_GROUPS
 
 
 def pool_calls(name: str) -> int:

@@ -1,0 +1,126 @@
+# The settings the hot path reads (cxlmpi.config calls `configure`): the
+# windows of message sizes that go through the pool, per collective and per
+# kind of pool (one host, several); whether selection is adaptive; the
+# settings check on COMM_WORLD's first collective.
+# (part of cxlmpi._shim: included by pyx/_shim.pyx)
+
+
+from . import config as _config
+from . import spec as _spec
+
+# Per collective, the message sizes (bytes, all blocks together) that go
+# through the pool: lo <= nbytes < hi (cxlmpi.config.windows()).  Two
+# tables: for a pool on one host (lo1/hi1; small messages pass through:
+# MPI reaches those peers through shared memory) and for a pool whose
+# ranks run on several hosts (lo2/hi2; MPI would cross the network).
+# `lo`/`hi` point at the table of the communicator of the call (`sized`):
+# lo1/hi1 unless `hosts_apart` (a file: or dax: pool, which may span
+# hosts, and the tables differ), where a communicator without a pool yet
+# reads lo2/hi2 (the lower: its first call sets the pool up) and one with
+# a pool its own; `take` then checks against the table of the pool found.
+#
+# `lo`/`hi` are the calling thread's own (threads may each call on a
+# communicator of their own at once): set by `enter` at every call where
+# the tables differ, so that another thread's call never changes the table
+# one call reads.
+cdef extern from *:
+    """
+    static Py_ssize_t cxl_lo1[CXL_NCOLL], cxl_hi1[CXL_NCOLL], cxl_lo2[CXL_NCOLL],
+                      cxl_hi2[CXL_NCOLL];
+    static __thread Py_ssize_t *cxl_lo = cxl_lo1, *cxl_hi = cxl_hi1;
+    """
+    Py_ssize_t lo1 "cxl_lo1" [NCOLL]
+    Py_ssize_t hi1 "cxl_hi1" [NCOLL]
+    Py_ssize_t lo2 "cxl_lo2" [NCOLL]
+    Py_ssize_t hi2 "cxl_hi2" [NCOLL]
+    Py_ssize_t *lo "cxl_lo"
+    Py_ssize_t *hi "cxl_hi"
+cdef bint hosts_apart = False
+# CXLMPI_TUNING=adaptive: lo/hi are [CXLMPI_THRESHOLD, -) and each
+# communicator's Routes choose (a Pool's or a Hierarchy's); where it has
+# none, the builtin windows (blo/bhi) decide.
+cdef bint adaptive = False
+cdef Py_ssize_t blo[NCOLL]
+cdef Py_ssize_t bhi[NCOLL]
+cdef Py_ssize_t NEVER = PY_SSIZE_T_MAX
+cdef bint disabled = False
+cdef bint configured = False
+# Calls that pass through go straight to the MPI library (shim/direct.pxi):
+# its functions were `found`, and CXLMPI_DISABLE is off.
+cdef bint found = False
+cdef bint straight = False
+# Time passed-through calls too (CXLMPI_STATS=1); otherwise only pool calls
+# are timed, which keeps two clock reads off the small-message path.
+cdef bint time_all = False
+# How long the MPI barrier that ends a pool collective (CXLMPI_ORDERING)
+# waits for a peer (CXLMPI_TIMEOUT; 0: for ever).
+cdef double order_timeout_s = 0
+
+
+cdef void set_windows(Py_ssize_t *los, Py_ssize_t *his, dict windows):
+    for i, name in enumerate(COLLECTIVES):
+        window = windows.get(name)
+        if window is None:
+            los[i] = his[i] = NEVER
+        else:
+            los[i] = min(window[0], NEVER)
+            his[i] = NEVER if window[1] is None else min(window[1], NEVER)
+
+
+def configure(cfg):
+    """Take the settings the hot path needs (called by cxlmpi.config)."""
+    global disabled, configured, time_all, adaptive, hosts_apart, lo, hi, _sized_comm, straight
+    global order_timeout_s
+    set_windows(lo1, hi1, cfg.windows())
+    set_windows(lo2, hi2, cfg.windows(hosts=True))
+    hosts_apart = _spec.parse_spec(cfg.pool).shared_file and (
+        memcmp(lo1, lo2, sizeof(lo1)) != 0 or memcmp(hi1, hi2, sizeof(hi1)) != 0)
+    lo, hi = lo1, hi1
+    _sized_comm = None
+    adaptive = cfg.adaptive
+    set_windows(blo, bhi, _config.Config(dict(
+        CXLMPI_TUNING="builtin", CXLMPI_THRESHOLD=str(cfg.threshold))).windows())
+    disabled = cfg.disable
+    straight = found and not disabled
+    time_all = cfg.stats
+    order_timeout_s = cfg.timeout
+    configured = True
+
+
+cdef inline int enter(object comm) except -1:
+    """At the start of every intercepted call: the settings are read on the
+    first one, not at import, so that a malformed variable is reported
+    where it matters, once; the windows are those of `comm`'s pool."""
+    if not configured:
+        _config.get()
+    if world_check is not None:
+        check_world(comm)
+    if hosts_apart:
+        sized(comm)
+        set_table(_sized_state)   # (this thread's: see lo1)
+    return 0
+
+
+_config.on_change(configure)
+
+
+# cxlmpi.wrap(COMM_WORLD) leaves the settings check (a collective step) to
+# the first collective on COMM_WORLD: made by every rank at the same point
+# of its calls, disabled ranks included (wrap itself may be called by some
+# ranks only, or before a point-to-point exchange).
+cdef object world_check = None
+cdef object _world_handle = MPI.COMM_WORLD.handle
+
+
+def check_world_first(check):
+    """Run `check()` on the next intercepted collective on COMM_WORLD."""
+    global world_check
+    world_check = check
+
+
+cdef int check_world(object comm) except -1:
+    global world_check
+    if comm.handle == _world_handle:
+        check, world_check = world_check, None
+        check()
+    return 0
