@@ -11,10 +11,10 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
-from . import startup  # noqa: F401 - first: starts MPI if nothing has (cxlmpi.startup)
 from ._version import __version__
-from .comm import CXLComm, wrap
-from .entry import is_patched, patch, unpatch
+from .communicator.cxlcomm import CXLComm, wrap
+from .communicator.stats import install_stats_hook, stats
+from .communicator.stats import reset as reset_stats
 from .errors import (
     CXLMPIConfigError,
     CXLMPIError,
@@ -24,8 +24,8 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
-from .stats import install_stats_hook, stats
-from .stats import reset as reset_stats
+from .launch import startup  # noqa: F401 - first: starts MPI if nothing has (cxlmpi.startup)
+from .launch.entry import is_patched, patch, unpatch
 
 _ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
            "write_back", "invalidate")
@@ -37,7 +37,7 @@ def __getattr__(name: str):
     # thread pool) starts - with two BLAS threads per rank on a node full of
     # ranks, a training loop ran 5-20x slower.
     if name in _ARRAYS:
-        from . import arrays
+        from .resident import arrays
 
         return getattr(arrays, name)
     raise AttributeError(f"module 'cxlmpi' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from .command_line import parse
+from .launch.command_line import parse
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,19 +30,19 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"python -m cxlmpi: {exc}\n")
         sys.exit(2)
     if command == "info":
-        from .info import markdown, report
+        from .reports.info import markdown, report
 
         print(markdown() if args else report())
     elif command == "status":
-        from .admin import status
+        from .reports.admin import status
 
         sys.exit(status())
     elif command == "reset":
-        from .admin import reset
+        from .reports.admin import reset
 
         sys.exit(reset(everything=args == ["all"]))
     else:
-        from .runner import run
+        from .launch.runner import run
 
         run(args)
 

@@ -1,5 +1,5 @@
 """``import cxlmpi.auto`` patches MPI.COMM_WORLD and MPI.COMM_SELF."""
 
-from .entry import patch
+from .launch.entry import patch
 
 patch()

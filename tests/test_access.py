@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from test_backends import MIB, fresh, make_file
 
-from cxlmpi import access, config
+from cxlmpi import config
 from cxlmpi.errors import CXLMPIConfigError
+from cxlmpi.memory import access
 
 NOBODY = 65534
 

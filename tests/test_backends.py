@@ -22,8 +22,9 @@ import pytest
 from cxlmpi._pool import Pool
 from harness import ROOT, SMALL_POOL_ENV, mpi_env, run_mpi
 
-from cxlmpi import _pool, backends, config, liveness, partitions, table_lock
+from cxlmpi import _pool, config
 from cxlmpi.errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
+from cxlmpi.memory import backends, liveness, partitions, table_lock
 
 MIB = 1 << 20
 
@@ -144,7 +145,7 @@ def test_device_full_names_the_setting(tmp_path: Path) -> None:
 
 CLAIMER = """
 import os, signal, sys
-from cxlmpi import backends
+from cxlmpi.memory import backends
 from cxlmpi._pool import Pool
 dev = backends.open_device(backends.parse_spec(sys.argv[1]), create=True)
 dev.check_header(format_if_empty=True)
@@ -624,7 +625,8 @@ def test_fischer_bound_exceeded_backs_off(tmp_path: Path, monkeypatch) -> None:
 
 FOREIGN_CLAIMER = """
 import os, sys
-from cxlmpi import backends, config
+from cxlmpi.memory import backends
+from cxlmpi import config
 from cxlmpi._pool import Pool
 config.get()
 dev = backends.open_device(backends.parse_spec(sys.argv[1]))
@@ -767,7 +769,7 @@ def test_only_a_lack_of_memory_everywhere_sends_the_job_to_mpi(monkeypatch, erro
     with a warning; a configuration error beside one is not hidden so."""
     from mpi4py import MPI
 
-    from cxlmpi import group
+    from cxlmpi.pools import group
 
     monkeypatch.setattr(group.agree, "allgather", lambda comm, mine: [None, *errors])
     with pytest.raises(CXLMPIError) as raised:

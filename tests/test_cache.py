@@ -21,9 +21,9 @@ from harness import ROOT, run_mpi
 from test_reliability import tagged_json
 from test_select import ALLREDUCE, Job, fixed
 
-from cxlmpi import _shim, cache, config, select
+from cxlmpi import _shim, config, select
 from cxlmpi.errors import CXLMPIError
-from cxlmpi.select import Selector, interface
+from cxlmpi.select import Selector, cache, interface
 
 FP = cache.fingerprint(2, "MPICH Version: 9.9", config.Config({}))
 ENTRY = {"best": "pool", "runner_up": "mpi", "seconds": {"pool": 1e-4, "mpi": 2e-4}}
@@ -187,7 +187,7 @@ def test_bad_timings_are_refused_and_wrong_ones_do_not_pin(tmp_path) -> None:
 
 def _load_in_child(path: str) -> subprocess.CompletedProcess:
     """load_cache(path) in a child process (a FIFO must not hang the test)."""
-    code = ("import json, sys; from cxlmpi import cache, config; "
+    code = ("import json, sys; from cxlmpi import config; from cxlmpi.select import cache; "
             "fp = cache.fingerprint(2, 'MPICH Version: 9.9', config.Config({})); "
             "print(len(cache.load_cache(sys.argv[1], fp)))")
     return subprocess.run([sys.executable, "-c", code, path], capture_output=True,

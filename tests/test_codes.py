@@ -11,7 +11,9 @@ import re
 from harness import ROOT
 
 import cxlmpi
-from cxlmpi import _pool, _shim, cache, config, hierarchy, select
+from cxlmpi import _pool, _shim, config, select
+from cxlmpi.pools import hierarchy
+from cxlmpi.select import cache, classes
 from cxlmpi.tools import bench, tune
 
 HEADER = (ROOT / "pyx" / "cxl_codes.h").read_text()
@@ -51,7 +53,7 @@ def test_cxlmpi_stats_rows_are_the_collectives() -> None:
 def test_every_python_table_of_collectives_names_known_ones() -> None:
     known = set(config.COLLECTIVES)
     assert set(hierarchy.ACROSS_GROUPS) <= known
-    assert set(select._MOVE) | set(select._REDUCE) | set(select._REDUCE_SCATTER) <= known
+    assert set(classes._MOVE) | set(classes._REDUCE) | set(classes._REDUCE_SCATTER) <= known
     assert set(config.Config({}).windows()) == known
     assert set(tune.DERIVED.values()) <= known
     measured = {op.stat_key for op in bench.BENCHMARKS.values()}

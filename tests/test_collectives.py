@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from harness import SMALL_POOL_ENV, launch_mpi, leaked_segments, our_segments, run_mpi
 
-from cxlmpi import backends
+from cxlmpi.memory import backends
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])

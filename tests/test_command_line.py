@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from cxlmpi import command_line, config
-from cxlmpi.command_line import OPTIONS, parse
+from cxlmpi import config
+from cxlmpi.launch import command_line
+from cxlmpi.launch.command_line import OPTIONS, parse
 
 VARIABLES = {var.name: var for var in config.VARIABLES}
 

@@ -14,7 +14,7 @@ import pytest
 
 from cxlmpi import config
 from cxlmpi.errors import CXLMPIConfigError
-from cxlmpi.group import disagreement
+from cxlmpi.pools.group import disagreement
 
 # A valid value other than the default, for every setting: a setting added
 # to the table without one here fails test_every_setting_is_covered.

@@ -1,6 +1,7 @@
-"""cxlmpi's modules import one another one way: no cycles (a module that
-imports a package-level name depends on the package __init__, which imports
-the public modules), and the tools in cxlmpi/tools/ are never imported by the
+"""cxlmpi's modules import one another one way: down the layers of LAYERS
+(every module in one of them), with no cycles (a module that imports a
+package-level name depends on the package __init__, which imports the
+public modules), and the tools in cxlmpi/tools/ are never imported by the
 library.  Read from the sources, nothing is imported."""
 
 from __future__ import annotations
@@ -15,6 +16,29 @@ COMPILED = {"_shim", "_pool", "_alloc"}
 PY_SOURCES = sorted(PACKAGE.rglob("*.py"))
 SOURCES = [*PY_SOURCES, ROOT / "pyx" / "_shim.pyx", ROOT / "pyx" / "_alloc.pyx",
            ROOT / "pyx" / "_pool.pyx", *(ROOT / "pyx").glob("*/*.pxi")]
+# The layers, top to bottom (the README's "How it works" draws them): a
+# module may import from its own layer and the layers below it, never from
+# one above.  An entry names a module or a package (then every module in
+# it).  The order is the order of imports, which is the order of calls
+# except at the compiled dispatcher: cxlmpi._shim imports nothing above the
+# settings; the pool state and the selector it calls are handed to it
+# (`_shim.bind` by pools.state, a Routes' `selector` by pools.selection).
+LAYERS: list[tuple[str, list[str]]] = [
+    ("commands", ["__main__", "bench", "tune"]),          # python -m cxlmpi[.bench|.tune]
+    ("tools", ["tools"]),                                # measuring tools over the public API
+    ("reports", ["reports"]),                            # --info, --pool-status, --pool-reset
+    ("public", ["__init__", "auto", "alloc"]),           # cxlmpi.*, import cxlmpi.auto
+    ("launch", ["launch"]),                              # patch(), the runner, MPI's start
+    ("communicator", ["communicator", "resident"]),      # CXLComm, objects, stats; arrays
+    ("pool state", ["pools"]),                           # per-communicator pools, set-up
+    ("selection", ["select"]),                           # the path-selection policy, cache
+    ("dispatch", ["_shim"]),                             # compiled: messages, routes, runs
+    ("memory", ["memory"]),                              # backends, partitions, liveness
+    ("settings", ["config", "spec"]),                    # CXLMPI_*, read by all
+    ("pool", ["_pool", "_alloc"]),                       # compiled: algorithms, kernels, codes
+    ("base", ["errors", "_version"]),
+]
+
 # The commands that keep their old names (python -m cxlmpi.bench, -m
 # cxlmpi.tune): the only modules outside cxlmpi/tools that may import it.
 TOOL_ENTRIES = {"bench", "tune"}
@@ -100,6 +124,46 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _layer(module: str) -> int | None:
+    """The index in LAYERS of `module`'s layer (its longest entry), or None."""
+    best: tuple[int, int] | None = None
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if module == entry or module.startswith(entry + "."):
+                if best is None or len(entry) > best[0]:
+                    best = (len(entry), index)
+    return None if best is None else best[1]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of `graph` that go up the layers, as "a (layer) -> b (layer)"."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            low, high = _layer(module), _layer(dep)
+            if low is not None and high is not None and high < low:
+                found.append(f"{module} ({LAYERS[low][0]}) -> {dep} ({LAYERS[high][0]})")
+    return found
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert sorted(m for m in MODULES | set(_graph()) if _layer(m) is None) == []
+    entries = [entry for _, layer in LAYERS for entry in layer]
+    assert len(entries) == len(set(entries)), "an entry in two layers"
+    assert sorted(e for e in entries if e not in MODULES) == [], "an entry that is no module"
+
+
+def test_imports_run_down_the_layers() -> None:
+    assert _upward(_graph()) == []
+
+
+def test_the_check_sees_an_upward_import() -> None:
+    assert _upward({"config": {"errors"}, "launch.entry": {"pools.state"}}) == []
+    assert _upward({"memory.backends": {"pools.state"}}) == [
+        "memory.backends (memory) -> pools.state (pool state)"]
+    assert _layer("tools.bench") == _layer("tools") and _layer("nowhere") is None
+
+
 def test_no_import_cycles() -> None:
     assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()) or [])
 
@@ -107,7 +171,8 @@ def test_no_import_cycles() -> None:
 def test_the_check_sees_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     graph = _graph()
-    assert "comm" in graph["objects"] or "state" in graph["objects"]
+    assert "pools.state" in graph["communicator.objects"]
+    assert "_shim" in graph["communicator.cxlcomm"] and "select" in graph["pools.state"]
     assert "tools.bench" in graph["tools.tune"] and "config" in graph["tools.bench"]
     assert graph["bench"] == {"tools.bench"}
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 from harness import launch_mpi
 
-from cxlmpi import liveness
+from cxlmpi.memory import liveness
 
 PAUSED = "tests/scripts/paused_peer.py"
 HANDED_OVER = "tests/scripts/handed_over.py"

@@ -12,7 +12,7 @@ import sys
 
 from harness import ROOT, mpi_env
 
-from cxlmpi import info
+from cxlmpi.reports import info
 
 _MARKED = re.compile(r"^<!-- (\w+): python -m cxlmpi --info --markdown .*?^<!-- end of \1 -->$",
                      re.M | re.S)

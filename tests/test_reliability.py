@@ -93,7 +93,7 @@ def test_threads_each_with_own_communicator(pool: str, tmp_path) -> None:
     rank counts the same learning calls (whether a call is timed was
     process-wide state that another thread's call changed: the counts
     differed between ranks in 2 runs of 3)."""
-    from cxlmpi import backends
+    from cxlmpi.memory import backends
 
     nthreads, iterations, fresh = 3, 150, 100
     env = dict(SMALL_POOL_ENV)

@@ -132,8 +132,8 @@ def test_run_patched(form: str, stock_probe: list[dict]) -> None:
         if form != "cmd":
             assert rep["name"] == "__main__"
         assert rep["is_cxlcomm"], rep
-        assert rep["comm_type"] == "cxlmpi.comm.CXLComm"
-        assert rep["from_import_type"] == "cxlmpi.comm.CXLComm"
+        assert rep["comm_type"] == "cxlmpi.communicator.cxlcomm.CXLComm"
+        assert rep["from_import_type"] == "cxlmpi.communicator.cxlcomm.CXLComm"
         assert rep["plain_type"] == "mpi4py.MPI.Intracomm" and rep["same_handle"]
         assert rep["allreduce_int_equal"] and rep["allreduce_float_close"]
         assert rep["bcast_equal"] and rep["reduce_equal"]

@@ -12,8 +12,8 @@ import pytest
 from harness import SMALL_POOL_ENV, run_mpi
 from test_reliability import tagged_json
 
-from cxlmpi import cache, config, select
-from cxlmpi.select import MPI_PATH, NEW, SLOW, Learner, Selector, code_of, size_class
+from cxlmpi import config, select
+from cxlmpi.select import MPI_PATH, NEW, SLOW, Learner, Selector, cache, code_of, size_class
 
 BCAST = config.COLLECTIVES.index("bcast")
 ALLREDUCE = config.COLLECTIVES.index("allreduce")

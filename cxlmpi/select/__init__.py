@@ -49,8 +49,11 @@ The package, one room of two (the other, compiled: pyx/shim/routes.pxi):
 - `classes`: a class's candidates and path codes, its timed runs' lengths;
 - `learner`: what one class learned and tries next (`Learner`);
 - `selector`: one communicator's learners and report in flight (`Selector`);
-- `lifecycle`: a communicator's selection set up from the cache (`attach`)
-  and written back (`remember`).
+- `cache`: the cache file, checked before it is trusted.
+
+A communicator's selection is set up from the cache and written back by its
+pool state (cxlmpi.pools.selection: `attach`, `remember`), which holds the
+policy: the policy knows nothing of the pools that hold it.
 """
 
 from __future__ import annotations
@@ -81,7 +84,6 @@ from .classes import (
 )
 from .interface import Policy, RouteTable
 from .learner import LEARN_OVERHEAD_S, MAX_INTERVAL, MIN_INTERVAL, Learner, typical, weighed
-from .lifecycle import attach, remember
 from .selector import OVERHEAD_FIGURES, Selector, decision, learned_overhead
 
 __all__ = ["MPI_PATH", "STREAM", "BIGCHUNK", "RSAG", "FLAT", "SLOW", "NEW", "CUT_SHORT",
@@ -89,4 +91,4 @@ __all__ = ["MPI_PATH", "STREAM", "BIGCHUNK", "RSAG", "FLAT", "SLOW", "NEW", "CUT
            "MAX_INTERVAL", "OVERHEAD_FIGURES", "code_name", "code_of", "size_class",
            "class_floor", "candidates", "run_length", "first_run", "first_skip",
            "untimed_half", "typical", "weighed", "Learner", "Selector", "Policy",
-           "RouteTable", "attach", "remember", "decision", "learned_overhead"]
+           "RouteTable", "decision", "learned_overhead"]

@@ -36,7 +36,7 @@ def _first_calls(op: Collective, requested: int, kind: str, calls: int, stamp: b
     size = op.message_size(requested, nranks)
     nsend, nrecv = op.counts(size // op.itemsize, nranks)
     total = max(nsend, nrecv) * op.itemsize
-    from cxlmpi.state import fresh_state
+    from cxlmpi.pools.state import fresh_state
 
     # The pool's set-up is not the class's learning; and neither a freed
     # communicator's learning nor its pin may carry over (state._spares).

@@ -77,8 +77,9 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import cache, config
+from cxlmpi import config
 from cxlmpi.errors import CXLMPIConfigError
+from cxlmpi.select import cache
 from cxlmpi.tools import bench
 from cxlmpi.tools.fill import fill_cache
 from cxlmpi.tools.report import align_rows

@@ -116,8 +116,8 @@ def pool_groups() -> tuple[int, int]:
     in this job: CXLMPI_POOL_GROUPS splits a node's ranks, and the nodes
     MPI sees (MPICH's MPIR_CVAR_NUM_CLIQUES) have a pool each.  Collective
     on its first call."""
-    from cxlmpi.hierarchy import Hierarchy
-    from cxlmpi.state import pool_state
+    from cxlmpi.pools.hierarchy import Hierarchy
+    from cxlmpi.pools.state import pool_state
 
     comm = cxlmpi.wrap(PLAIN.Dup())
     try:
@@ -133,7 +133,7 @@ def pool_expected(name: str) -> bool:
     """Whether large calls of collective `name` ("objects": the object
     collectives) should go through the pool in this job: with several pool
     groups, only those the hierarchy runs."""
-    from cxlmpi import hierarchy
+    from cxlmpi.pools import hierarchy
 
     if SIZE < 2 or CFG.disable or pool_groups()[1] < 2:  # no two ranks share a pool
         return False

@@ -21,6 +21,7 @@ from common import (
 from mpi4py import MPI
 
 import cxlmpi
+import cxlmpi.pools.state
 
 
 def _raises(fn) -> type | None:
@@ -307,7 +308,7 @@ def test_mismatch_names_each_ranks_bytes(comm):
     bytes")."""
     from cxlmpi._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
 
-    pool = cxlmpi.state.pool_state(comm)
+    pool = cxlmpi.pools.state.pool_state(comm)
     if not isinstance(pool, Pool) or SIZE < 2:
         pytest.skip("needs one pool of several ranks")
     n = 64 if RANK == 0 else 32

@@ -97,7 +97,7 @@ def test_a_freed_communicators_pool_passes_to_the_next(comm):
     result matches stock MPI on the same data."""
     from cxlmpi._shim import states
 
-    from cxlmpi import state as states_module
+    from cxlmpi.pools import state as states_module
 
     def identity(c):
         state = states.get(c.handle)
@@ -283,7 +283,7 @@ def test_pool_lives_where_configured(comm):
     partition of the table."""
     from cxlmpi._shim import states
 
-    from cxlmpi import backends
+    from cxlmpi.memory import backends
 
     data = make_data(np.float64, 4096, 41)
     comm.Allreduce(MPI.IN_PLACE, data)  # the pool exists after a pool call

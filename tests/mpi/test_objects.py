@@ -16,7 +16,7 @@ from common import CFG, PLAIN, RANK, SIZE, agree
 from common import pool_expected as _pool_expected
 from mpi4py import MPI
 
-from cxlmpi import objects
+from cxlmpi.communicator import objects
 
 
 def pool_expected() -> bool:

@@ -132,8 +132,8 @@ def test_small_calls_go_straight_to_the_library(comm):
     left to mpi4py (IN_PLACE Allgather, a user-defined op) give stock's
     results and are not counted."""
     from cxlmpi import _shim
-    from cxlmpi.hierarchy import Hierarchy
-    from cxlmpi.state import pool_state
+    from cxlmpi.pools.hierarchy import Hierarchy
+    from cxlmpi.pools.state import pool_state
 
     n = 1   # element per block: below every pool window at 4 ranks
     data = make_data(np.float64, n * SIZE, 76)

@@ -12,6 +12,7 @@ from common import CFG, PLAIN, RANK, SIZE, agree, make_data, pool_groups, same
 from mpi4py import MPI
 
 import cxlmpi
+import cxlmpi.pools.state
 
 # Where each rank's buffers live: "pool", "private", or a mix across ranks.
 PLACES = ["private", "pool", "rank0-pool", "odd-pool"]
@@ -159,7 +160,7 @@ def test_arrays_are_numpy_arrays_in_the_pool(comm):
     ok = (a.shape, a.dtype, b.sum(), c.flags.f_contiguous, list(d)) == \
         ((3, 5), np.float32, 0.0, True, [1, 2, 3])
     ok = ok and cxlmpi.asarray(d, comm=comm) is d
-    if cxlmpi.arrays.arena_pool(comm) is not None:  # (not: a group of one rank)
+    if cxlmpi.pools.state.arena_pool(comm) is not None:  # (not: a group of one rank)
         ok = ok and all(cxlmpi.is_resident(x, comm=comm) for x in (a, b, c, d))
         ok = ok and not cxlmpi.is_resident(np.zeros(3), comm=comm)
     agree(ok, "pool arrays")
@@ -198,7 +199,7 @@ def test_write_back_and_invalidate_outside_collectives(comm):
         src[:] = 1
     view = comm.Bcast_view(src if RANK == 0 else None, 0)
     multi = pool_groups()[0] > 1 or \
-        not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool)
+        not isinstance(cxlmpi.pools.state.arena_pool(comm), cxlmpi._pool.Pool)
     ok = np.all(view == 1)
     comm.Barrier()
     if RANK == 0:
@@ -219,7 +220,7 @@ def test_bcast_view_needs_a_pool_array(comm):
     except ValueError as exc:
         err = str(exc)
     multi = pool_groups()[0] > 1 or \
-        not isinstance(cxlmpi.arrays.arena_pool(comm), cxlmpi._pool.Pool)
+        not isinstance(cxlmpi.pools.state.arena_pool(comm), cxlmpi._pool.Pool)
     if SIZE > 1 and not multi:
         agree(err is not None and "not in this communicator's pool" in err, f"{err}")
 
@@ -246,7 +247,7 @@ def test_absurd_shapes_refused_like_numpy(comm, shape, dtype):
     and message (a MemoryError: the full arena's), before asking the arena
     for anything (a byte size that wrapped around must never reach the
     pool's allocator)."""
-    from cxlmpi.arrays import arena_pool
+    from cxlmpi.resident.arrays import arena_pool
 
     pool = arena_pool(comm)
     free = pool.arena_free() if pool is not None else 0
@@ -291,9 +292,9 @@ def test_arrays_are_used_in_place_on_every_derived_communicator(comm):
     Split, Split_type, Create_group, Create -- and arrays allocated for a
     derived communicator by `comm`'s, each with stock MPI's result."""
     n = 2 * CFG.zerocopy_threshold // 8 + 5
-    base = cxlmpi.arrays.arena_pool(comm)
+    base = cxlmpi.pools.state.arena_pool(comm)
     flat = pool_groups()[0] == 1 and base is not None and \
-        isinstance(cxlmpi.state.pool_state(comm), cxlmpi._pool.Pool)
+        isinstance(cxlmpi.pools.state.pool_state(comm), cxlmpi._pool.Pool)
     bad = []
     for name, sub in _derived(comm):
         p = sub.Get_size()

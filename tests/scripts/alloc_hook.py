@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import alloc
+from cxlmpi.resident import alloc
 
 world = MPI.COMM_WORLD                       # patched by python -m cxlmpi
 plain = MPI.Intracomm(world)

@@ -16,7 +16,8 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import cache, config, select
+from cxlmpi import config, select
+from cxlmpi.select import cache
 
 path = sys.argv[1]
 world = MPI.COMM_WORLD

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import select
-from cxlmpi.state import _states, fresh_state
+from cxlmpi.pools.state import _states, fresh_state
 
 comm = cxlmpi.wrap(MPI.COMM_WORLD.Dup())
 stock = MPI.Intracomm(comm)

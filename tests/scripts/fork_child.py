@@ -13,8 +13,9 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import alloc, arrays, backends
-from cxlmpi.state import _close_at_exit
+from cxlmpi.memory import backends
+from cxlmpi.pools.state import _close_at_exit
+from cxlmpi.resident import alloc, arrays
 
 world = MPI.COMM_WORLD                       # patched by python -m cxlmpi
 plain = MPI.Intracomm(world)

@@ -22,7 +22,7 @@ from cxlmpi._pool import PoolFailure
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi.state import _fail, _states, pool_state
+from cxlmpi.pools.state import _fail, _states, pool_state
 
 world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()

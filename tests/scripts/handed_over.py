@@ -21,8 +21,9 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import backends, config
-from cxlmpi.state import pool_state
+from cxlmpi import config
+from cxlmpi.memory import backends
+from cxlmpi.pools.state import pool_state
 
 FILL = b"\x42"
 world = MPI.COMM_WORLD

@@ -15,7 +15,8 @@ from mpi4py import MPI
 
 import cxlmpi
 import cxlmpi.alloc
-from cxlmpi import config, info
+from cxlmpi import config
+from cxlmpi.memory import pages
 
 
 def pmd_mapped(address: int) -> int:
@@ -42,7 +43,7 @@ got, want = np.zeros_like(x), np.zeros_like(x)
 comm.Allreduce(x, got)
 stock.Allreduce(x, want)
 row = {"mapped": pmd_mapped(a.ctypes.data) > 0,
-       "reported": info.huge_pages(config.get().pool)[0],
+       "reported": pages.huge_pages(config.get().pool)[0],
        "hook": cxlmpi.alloc.active(),
        "placed": bool(cxlmpi.is_resident(x)),
        "same": bool(np.array_equal(got, want))}

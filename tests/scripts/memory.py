@@ -47,7 +47,7 @@ def rss_bytes() -> int:
 def pool_mapping_sizes() -> list[int]:
     """Sizes of this process's mappings of cxlmpi's segments (their files'
     inodes: the segments have no names)."""
-    from cxlmpi.state import _states
+    from cxlmpi.pools.state import _states
 
     inodes = {os.fstat(p.fd).st_ino for s in _states.values() if s.pool is not None
               for p in {s.pool, s.pool.heap}}

@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import _shim
-from cxlmpi.state import pool_for
+from cxlmpi.pools.state import pool_for
 
 mode = sys.argv[1]
 if "--without-library" in sys.argv:

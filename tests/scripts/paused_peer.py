@@ -29,7 +29,8 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import _pool, liveness
+from cxlmpi import _pool
+from cxlmpi.memory import liveness
 
 PAUSE_S = 2.0          # (the lease in the tests: 0.05 s x 5 beats)
 

@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi.state import pool_state
+from cxlmpi.pools.state import pool_state
 
 world = MPI.COMM_WORLD
 comm = cxlmpi.wrap(world.Dup())

@@ -23,7 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi.state import _states
+from cxlmpi.pools.state import _states
 
 
 def say(line: str) -> None:

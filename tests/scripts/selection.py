@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import select
-from cxlmpi.state import _states
+from cxlmpi.pools.state import _states
 
 plain = MPI.COMM_WORLD.Dup()
 comm = cxlmpi.wrap(plain.Dup())

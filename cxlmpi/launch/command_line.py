@@ -17,7 +17,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 
-from . import config
+from .. import config
 
 __all__ = ["Option", "OPTIONS", "PROGRAM_FORMS", "usage", "parse"]
 

@@ -35,7 +35,7 @@ import struct
 import time
 from pathlib import Path
 
-from . import config
+from .. import config
 
 __all__ = ["ALIVE", "DEAD", "UNKNOWN", "HOST", "Watch", "same_kernel", "hold",
            "drop", "lock_verdict", "pid_verdict", "start_time"]

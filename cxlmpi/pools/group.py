@@ -33,8 +33,8 @@ import os
 
 from mpi4py import MPI
 
-from . import agree, backends, config
-from ._pool import (
+from .. import config
+from .._pool import (
     NO_SPACE,
     UNREACHABLE,
     Pool,
@@ -43,7 +43,9 @@ from ._pool import (
     cpu_features,
     warn_no_space,
 )
-from .errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
+from ..errors import CXLMPIConfigError, CXLMPIError, CXLMPIPoolError
+from ..memory import backends
+from . import agree
 from .hierarchy import Hierarchy
 
 __all__ = ["create_pool", "check_agreed", "disagreement", "node_heap", "detach_heap"]

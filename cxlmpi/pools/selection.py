@@ -9,12 +9,14 @@ import time
 
 from mpi4py import MPI
 
-from .. import _shim, agree, cache, config
+from .. import _shim, config
 from .._pool import Pool
-from ..hierarchy import Hierarchy
-from .interface import RouteTable
-from .learner import LEARN_OVERHEAD_S
-from .selector import Selector, learned_overhead
+from ..select import cache
+from ..select.interface import RouteTable
+from ..select.learner import LEARN_OVERHEAD_S
+from ..select.selector import Selector, learned_overhead
+from . import agree
+from .hierarchy import Hierarchy
 
 __all__ = ["attach", "remember", "HEADER_TIMINGS"]
 

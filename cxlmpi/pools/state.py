@@ -12,18 +12,20 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _shim, agree, config, progress, select
-from ._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, on_short, warn_no_space
-from .backends import NO_ROOM
-from .errors import (
+from .. import _shim, config, select
+from .._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, on_short, warn_no_space
+from ..errors import (
     CXLMPIError,
     CXLMPIMismatchError,
     CXLMPIPeerError,
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
+from ..memory.backends import NO_ROOM
+from . import agree, progress
 from .group import create_pool, detach_heap, node_heap
 from .hierarchy import ACROSS_GROUPS, Hierarchy
+from .selection import attach, remember
 
 __all__ = ["pool_for", "pool_state", "arena_pool", "run_pool"]
 
@@ -60,7 +62,7 @@ class _State:
         self.key: tuple | None = None
 
     def close(self) -> None:
-        select.remember(self.routes, self.pool)
+        remember(self.routes, self.pool)
         self.routes = None
         if self.pool is not None:
             self.pool.close()
@@ -115,7 +117,7 @@ def _spare(state: _State) -> None:
             or pool.identity is None or pool.short:
         state.free()
         return
-    select.remember(state.routes, pool)
+    remember(state.routes, pool)
     with _spares_lock:
         _spares.append(state)
         old = _trim()
@@ -217,7 +219,7 @@ def _close_at_exit() -> None:
     with _spares_lock:
         spares = _spares[:]
     for state in [*_states.values(), *spares]:
-        select.remember(state.routes, state.pool)
+        remember(state.routes, state.pool)
         pool = state.pool.pool if isinstance(state.pool, Hierarchy) else state.pool
         if pool is not None:
             pool.detach()
@@ -283,7 +285,7 @@ def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
     probe = progress.attach(pool, plain, calls=cfg.progress, ordering=cfg.ordering)
     state = _State(pool, probe, cfg.ordering)
     if cfg.adaptive and pool is not None:
-        state.routes = select.attach(pool, plain, cfg)
+        state.routes = attach(pool, plain, cfg)
     return state
 
 

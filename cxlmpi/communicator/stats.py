@@ -31,8 +31,8 @@ def stats() -> dict[str, dict[str, float]]:
     0 in hw mode), and under CXLMPI_COHERENCE=emulate ``emulated``: the
     emulator's ``writebacks``, ``invalidates``, ``evictions`` and
     ``dropped`` lines (cxlmpi._pool.emulation())."""
-    from ._pool import emulation, flushed_lines
-    from ._shim import stats_rows
+    from .._pool import emulation, flushed_lines
+    from .._shim import stats_rows
     from .objects import figures
 
     rows = dict(stats_rows())
@@ -53,7 +53,7 @@ def stats() -> dict[str, dict[str, float]]:
 
 def reset() -> None:
     """Forget every count."""
-    from ._shim import stats_reset
+    from .._shim import stats_reset
     from .objects import reset_figures
 
     stats_reset()
@@ -92,7 +92,7 @@ _stats_hooked = False
 def install_stats_hook() -> None:
     """With CXLMPI_STATS=1, print this rank's stats table at exit (once)."""
     global _stats_hooked
-    from . import config
+    from .. import config
 
     if _stats_hooked or not config.get().stats:
         return

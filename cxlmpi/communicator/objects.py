@@ -46,10 +46,10 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from . import _shim, config
-from ._pool import Pool
-from .group import check_agreed
-from .state import pool_for, run_pool
+from .. import _shim, config
+from .._pool import Pool
+from ..pools.group import check_agreed
+from ..pools.state import pool_for, run_pool
 
 __all__ = ["bcast", "gather", "scatter", "allgather", "alltoall", "reduce",
            "allreduce", "POOL_CALLS", "figures", "reset_figures"]

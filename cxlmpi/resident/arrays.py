@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ._pool import PoolNoSpace
-from .state import arena_pool
+from .._pool import PoolNoSpace
+from ..pools.state import arena_pool
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
            "write_back", "invalidate", "arena_pool"]
@@ -130,7 +130,7 @@ def invalidate(a: Any, *, comm: MPI.Intracomm | None = None) -> None:
 
 
 def _flush(a: Any, comm: MPI.Intracomm | None, invalidate: bool) -> None:
-    from ._pool import flush
+    from .._pool import flush
 
     arr = np.asarray(a)
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous) or arr.nbytes == 0:

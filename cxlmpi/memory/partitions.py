@@ -15,8 +15,9 @@ import struct
 import threading
 import time
 
-from . import _pool, config
-from .errors import CXLMPIPoolError
+from .. import _pool, config
+from ..errors import CXLMPIPoolError
+from ..spec import PoolSpec
 from .liveness import (
     ALIVE,
     DEAD,
@@ -28,7 +29,6 @@ from .liveness import (
     start_time,
     verdict,
 )
-from .spec import PoolSpec
 from .table_lock import LINE, LOCK_AT, TableLock
 
 __all__ = ["Device", "NO_ROOM", "TABLE_NBYTES", "round_up", "libc"]

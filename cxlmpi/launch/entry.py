@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
-from . import agree
-from .comm import _STOCK_CONSTANTS as _ORIGINAL
-from .comm import CXLComm, check_settings, predefined, reduce_stock
+from ..communicator.cxlcomm import _STOCK_CONSTANTS as _ORIGINAL
+from ..communicator.cxlcomm import CXLComm, check_settings, predefined, reduce_stock
+from ..pools import agree
 
 if TYPE_CHECKING:
-    from .config import Config
+    from ..config import Config
 
 __all__ = ["patch", "unpatch", "is_patched", "predefined"]
 
@@ -40,14 +40,14 @@ def patch() -> None:
     # Stock pickles its constants by name, and the name now gives the
     # wrapped ones: plain Intracomm objects pickle through cxlmpi meanwhile.
     copyreg.pickle(MPI.Intracomm, reduce_stock)
-    from . import config
-    from .stats import install_stats_hook
+    from .. import config
+    from ..communicator.stats import install_stats_hook
 
     install_stats_hook()
     cfg = config.get()
     check_settings(cfg)
     if not cfg.disable and _alloc_wanted(cfg):  # collective: every rank patches
-        from .alloc import enable
+        from ..resident.alloc import enable
 
         enable(_wrapped("COMM_WORLD"))
 
@@ -58,7 +58,7 @@ def _alloc_wanted(cfg: Config) -> bool:
     as fast as on its own arrays."""
     if cfg.alloc is not None:
         return bool(cfg.alloc)
-    from .info import huge_pages
+    from ..memory.pages import huge_pages
 
     return all(agree.allgather(_ORIGINAL["COMM_WORLD"], huge_pages(cfg.pool)[0]))
 

@@ -45,8 +45,8 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from . import config
-from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
+from .. import config
+from .._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
 
 __all__ = ["Hierarchy", "ACROSS_GROUPS"]
 

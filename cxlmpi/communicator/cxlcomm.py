@@ -14,10 +14,11 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from . import _shim, agree
+from .. import _shim
+from .._pool import Pool
+from ..pools import agree
+from ..pools.state import arena_pool, pool_state
 from . import objects as _objects
-from ._pool import Pool
-from .state import arena_pool, pool_state
 
 __all__ = ["CXLComm", "wrap", "predefined"]
 
@@ -105,7 +106,7 @@ class CXLComm(_shim.CommBase):
         rank when the root's array is not in this communicator's pool."""
         import numpy as np
 
-        from ._pool import flush
+        from .._pool import flush
 
         plain = MPI.Intracomm(self)
         pool = arena_pool(self)
@@ -226,7 +227,7 @@ def wrap(comm: MPI.Comm) -> MPI.Comm:
     if isinstance(comm, CXLComm):
         return comm
     if comm == _STOCK_CONSTANTS["COMM_WORLD"]:
-        from . import config
+        from .. import config
 
         _shim.check_world_first(lambda: check_settings(config.get()))
     if type(comm) is MPI.Intracomm:
@@ -249,7 +250,7 @@ def check_settings(cfg: object) -> None:
         return
     world = _STOCK_CONSTANTS["COMM_WORLD"]
     if world.Get_size() > 1:
-        from .group import check_agreed
+        from ..pools.group import check_agreed
 
         check_agreed(world, cfg)
     _checked = cfg

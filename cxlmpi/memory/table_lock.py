@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import _pool, config
-from .errors import CXLMPIPoolError
+from .. import _pool, config
+from ..errors import CXLMPIPoolError
 from .liveness import DEAD, HOST, Watch, pid_verdict, start_time
 
 __all__ = ["TableLock", "LINE", "LOCK_AT", "L_TOKEN", "L_HOST", "L_PID", "L_START",

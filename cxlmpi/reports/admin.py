@@ -13,8 +13,9 @@ import os
 import sys
 import time
 
-from . import backends, config
-from .errors import CXLMPIError
+from .. import config
+from ..errors import CXLMPIError
+from ..memory import backends
 
 __all__ = ["status", "reset", "describe"]
 

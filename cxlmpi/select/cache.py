@@ -29,10 +29,10 @@ import sys
 import tempfile
 from typing import Any
 
-from . import config
-from ._version import __version__
-from .select.classes import NCLASSES, PLACEMENTS, class_floor, code_of, size_class
-from .select.learner import Learner
+from .. import config
+from .._version import __version__
+from .classes import NCLASSES, PLACEMENTS, class_floor, code_of, size_class
+from .learner import Learner
 
 __all__ = ["cache_path", "fingerprint", "load_cache", "read_cache", "save_cache",
            "describe_cache", "MAX_NBYTES", "MIN_SECONDS", "MAX_SECONDS"]

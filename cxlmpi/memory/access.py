@@ -11,7 +11,7 @@ import os
 import stat
 import struct
 
-from .errors import CXLMPIConfigError
+from ..errors import CXLMPIConfigError
 
 __all__ = ["check_private", "acl_outsiders", "drop_acl"]
 

@@ -55,11 +55,11 @@ import struct
 import threading
 from pathlib import Path
 
-from . import config
+from .. import config
+from ..errors import CXLMPIConfigError
+from ..spec import PoolSpec, parse_spec
 from .access import check_private, drop_acl
-from .errors import CXLMPIConfigError
 from .partitions import NO_ROOM, TABLE_NBYTES, Device, libc, round_up
-from .spec import PoolSpec, parse_spec
 
 __all__ = ["PoolSpec", "parse_spec", "Device", "open_device", "dax_geometry",
            "numa_check", "sysfs_root", "NO_ROOM"]

@@ -26,8 +26,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import config
-from .state import arena_pool
+from .. import config
+from ..pools.state import arena_pool
 
 __all__ = ["enable", "disable", "active", "stats"]
 
@@ -60,7 +60,7 @@ def enable(comm: MPI.Intracomm | None = None, threshold: int | None = None) -> b
 
 
 def _install(threshold: int) -> None:
-    from . import _alloc
+    from .. import _alloc
 
     _alloc.install(_heap.arena_address(), threshold)
 
@@ -70,7 +70,7 @@ def _retire() -> None:
     """At exit (before cxlmpi.comm gives the pools back): NumPy's arrays stop
     coming from the pool, whose partition may soon be another job's."""
     if "cxlmpi._alloc" in sys.modules:
-        from . import _alloc
+        from .. import _alloc
 
         _alloc.retire()
 
@@ -107,7 +107,7 @@ class _NumpyWatcher(importlib.abc.MetaPathFinder):
 def disable() -> None:
     """NumPy allocates with its previous handler again (arrays already in the
     pool stay valid)."""
-    from . import _alloc
+    from .. import _alloc
 
     _alloc.uninstall()
 
@@ -116,7 +116,7 @@ def active() -> bool:
     """Whether NumPy currently places large arrays in the pool."""
     if "cxlmpi._alloc" not in sys.modules:
         return False
-    from . import _alloc
+    from .. import _alloc
 
     return _alloc.active()
 
@@ -125,6 +125,6 @@ def stats() -> dict[str, int]:
     """threshold; arena_bytes, free_bytes, live_arrays, live_bytes (of the
     arena, which cxlmpi.empty & co. share); pool_allocs (NumPy's arrays
     placed in the pool so far)."""
-    from . import _alloc
+    from .. import _alloc
 
     return _alloc.stats()

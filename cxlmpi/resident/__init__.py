@@ -1,0 +1,3 @@
+"""Pool-resident arrays, on which collectives run zero-copy: made by the
+program (``cxlmpi.empty`` & co., `arrays`) or by NumPy itself through the
+allocation hook (``cxlmpi.alloc``, `alloc`)."""
