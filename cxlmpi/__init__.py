@@ -11,6 +11,10 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
+# First: starts MPI if nothing has (cxlmpi.launch.startup).
+from .launch import startup  # noqa: F401
+
+# isort: split
 from ._version import __version__
 from .communicator.cxlcomm import CXLComm, wrap
 from .communicator.stats import install_stats_hook, stats
@@ -24,7 +28,6 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
-from .launch import startup  # noqa: F401 - first: starts MPI if nothing has (cxlmpi.startup)
 from .launch.entry import is_patched, patch, unpatch
 
 _ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
