@@ -43,7 +43,7 @@ def main() -> None:
         comm.Allreduce(data, out)
         cxl = sys.modules.get("cxlmpi")
         if cxl is not None and rank == 0:
-            state = cxl.state._states.get(comm.handle)
+            state = cxl.pools.state._states.get(comm.handle)
             if state is not None and state.pool is not None:
                 say(f"POOL {state.pool.name}")
                 # also in a file: an abort may end the job before the
