@@ -4,9 +4,9 @@ Runs an unmodified mpi4py program with MPI.COMM_WORLD and MPI.COMM_SELF
 wrapped.  Like ``python -m mpi4py``, an uncaught exception in any rank prints
 its traceback and aborts the whole MPI job instead of leaving ranks hanging.
 
-This module only hands over: the command line to cxlmpi.command_line (its
-options become CXLMPI_* variables), then the program to cxlmpi.runner,
---info to cxlmpi.info, --pool-status and --pool-reset to cxlmpi.admin.
+This module only hands over: the command line to cxlmpi.launch.command_line (its
+options become CXLMPI_* variables), then the program to cxlmpi.launch.runner,
+--info to cxlmpi.reports.info, --pool-status and --pool-reset to cxlmpi.reports.admin.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from .launch.command_line import parse
 
 def main(argv: list[str] | None = None) -> None:
     """The command line entry point: options, then one command --info
-    (cxlmpi.info), --pool-status / --pool-reset (cxlmpi.admin) or a
-    program to run (cxlmpi.runner)."""
+    (cxlmpi.reports.info), --pool-status / --pool-reset (cxlmpi.reports.admin) or a
+    program to run (cxlmpi.launch.runner)."""
     command, args = parse(sys.argv[1:] if argv is None else argv)
     from . import config
     from .errors import CXLMPIConfigError

@@ -125,7 +125,7 @@ class Variable:
     deliberately.  `doc` is one paragraph, Markdown (`code`, *see also*):
     its first sentence is the summary that the command line's usage text
     shows; the README's settings table and --info print all of it
-    (cxlmpi.info)."""
+    (cxlmpi.reports.info)."""
 
     name: str
     parse: Callable[[str], Any]

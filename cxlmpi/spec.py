@@ -1,5 +1,5 @@
 """What CXLMPI_POOL names (shm, numa:N, file:PATH, dax:DEVICE), parsed:
-the one piece of cxlmpi.backends that the settings need to check a value,
+the one piece of cxlmpi.memory.backends that the settings need to check a value,
 kept apart so that reading the settings imports no backend."""
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ include "shim/exchange.pxi"
 
 
 class CommBase(_Intracomm):
-    """The intercepted collectives of CXLComm (see cxlmpi.comm).
+    """The intercepted collectives of CXLComm (see cxlmpi.communicator.cxlcomm).
 
     Each method parses its messages; when the pool could take the call,
     `take` (or `settle`, for the v-collectives) names the path: stock MPI

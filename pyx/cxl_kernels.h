@@ -227,7 +227,7 @@ typedef struct {
     double yield_end_s;  /* ... until then (0: not yet begun) */
 } cxl_waiter;
 
-/* Spinning pays when every rank has a core of its own (cxlmpi.group
+/* Spinning pays when every rank has a core of its own (cxlmpi.pools.group
  * decides `spin`): ~40 us of pause-polls (4096 x ~10 ns on a recent x86),
  * about what sleeping and being woken costs (~30 us in a VM), so a wait
  * never costs much more than twice the better of the two.  With more ranks

@@ -12,7 +12,7 @@
  *                      arena_offset + r * arena_nbytes
  *
  * Used by pyx/_pool.pyx (cdef extern) and, through the offsets it exports
- * (cxlmpi._pool.LAYOUT), by cxlmpi/backends.py, which reads control lines of
+ * (cxlmpi._pool.LAYOUT), by cxlmpi/memory/backends.py, which reads control lines of
  * partitions to tell live jobs from stale ones.
  */
 #ifndef CXL_LAYOUT_H
@@ -51,7 +51,7 @@ typedef struct {
     uint64_t seq;          /* +0   steps this rank published (release-stored last) */
     int64_t pid;           /* +8   its process id (liveness: same host only) */
     uint64_t value[2];     /* +16  a number published with a step, by step parity */
-    uint64_t host;         /* +32  its host's identity (cxlmpi.backends) */
+    uint64_t host;         /* +32  its host's identity (cxlmpi.memory.backends) */
     uint64_t attached;     /* +40  1 while it has the pool mapped */
     uint64_t value2[2];    /* +48  a second number of a header step, by parity */
     /* line 1: written at a call's first step, or when it passes a call;
@@ -94,6 +94,6 @@ _Static_assert(offsetof(cxl_ctrl, pid) == 8 && offsetof(cxl_ctrl, host) == 32
                && offsetof(cxl_ctrl, attached) == 40
                && offsetof(cxl_ctrl, beat) == 3 * CXL_LINE_NBYTES
                && offsetof(cxl_ctrl, start) == 3 * CXL_LINE_NBYTES + 16,
-               "cxlmpi.backends reads these offsets through LAYOUT");
+               "cxlmpi.memory.backends reads these offsets through LAYOUT");
 
 #endif /* CXL_LAYOUT_H */

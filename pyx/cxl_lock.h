@@ -1,5 +1,5 @@
 /* Locks the kernel holds for a process: liveness without a clock among the
- * processes of one kernel (this host, any pid namespace; cxlmpi.liveness).
+ * processes of one kernel (this host, any pid namespace; cxlmpi.memory.liveness).
  *
  * Each rank holds a shared open-file-description lock (F_OFD_SETLK) on one
  * byte of the pool's backing file -- the first byte of its control line --

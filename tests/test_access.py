@@ -1,4 +1,4 @@
-"""Pool memory and POSIX ACLs (cxlmpi.access): a pool file whose access
+"""Pool memory and POSIX ACLs (cxlmpi.memory.access): a pool file whose access
 ACL lets someone outside this user (and CXLMPI_POOL_GROUP) read or write
 it is refused, whatever its mode bits say -- exactly where the kernel lets
 that someone read the file (checked as user nobody)."""

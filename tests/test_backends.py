@@ -1,4 +1,4 @@
-"""Pool backends (cxlmpi.backends): specs, the sysfs facts of devdax devices
+"""Pool backends (cxlmpi.memory.backends): specs, the sysfs facts of devdax devices
 and NUMA nodes (on fixture trees), the partition table of pool files and
 (emulated) devdax devices shared between jobs, and the bad input around them.
 The collectives over each backend run in tests/test_collectives.py."""

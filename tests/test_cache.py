@@ -1,4 +1,4 @@
-"""The selection cache (cxlmpi.cache) is trusted only as far as it is
+"""The selection cache (cxlmpi.select.cache) is trusted only as far as it is
 checked: it is read only when it is the user's own regular file, every
 value in it is one cxlmpi writes, and everything else is ignored with one
 warning; the compiled route table its size classes index refuses indices

@@ -1,6 +1,6 @@
 """The README says what the code says: its tables of settings and of the
 command line's options are what `python -m cxlmpi --info --markdown`
-generates from cxlmpi.config.VARIABLES and cxlmpi.command_line.OPTIONS
+generates from cxlmpi.config.VARIABLES and cxlmpi.launch.command_line.OPTIONS
 (regenerated, never edited), its "How it works" map names the files there
 are (written by hand for readers; this test keeps it from drifting)."""
 

@@ -1,10 +1,17 @@
 """CXLComm: an mpi4py Intracomm whose large collectives run in the pool.
 
-One method per intercepted collective.  Each asks the dispatcher whether the
-call is the pool's; if so one compiled call runs the whole algorithm without
-the GIL, otherwise the call goes to stock mpi4py unchanged.  Every decision
-uses only what MPI requires to match on all ranks (see pyx/_shim.pyx).  The
-lower-case object methods (bcast, gather, ...) delegate to cxlmpi.objects.
+Its buffer collectives (Bcast, Allreduce, ..., one method per intercepted
+collective) are not here: they are the compiled dispatcher's, inherited
+from cxlmpi._shim.CommBase (pyx/shim/*.pxi, one file per family).  Each
+parses its messages, asks whether the call is the pool's (from what MPI
+requires to match on all ranks) and then makes one compiled call that runs
+the whole algorithm without the GIL, or calls stock mpi4py unchanged.
+
+This module adds what is Python's: derived communicators (Split, Create,
+...) come back wrapped, the lower-case object methods (bcast, gather, ...)
+delegate to cxlmpi.communicator.objects, Bcast_view passes a pool-resident
+array by reference, the patched COMM_WORLD and COMM_SELF pickle as
+themselves, and `wrap` makes a CXLComm of a plain communicator.
 """
 
 from __future__ import annotations
@@ -200,7 +207,7 @@ def _stock_constant(name: str) -> MPI.Intracomm:
 
 
 def reduce_stock(comm: MPI.Intracomm) -> str | tuple[Any, ...]:
-    """Pickle a plain Intracomm while patched (copyreg, see cxlmpi.entry):
+    """Pickle a plain Intracomm while patched (copyreg, see cxlmpi.launch.entry):
     stock pickles its constants by name, which then names the wrapped ones,
     so a stock constant -- or a copy of one, which stock pickles as its
     class and the constant -- would fail to pickle.  Everything else as

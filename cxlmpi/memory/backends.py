@@ -19,7 +19,7 @@ read and its write than that bound backs off), serialized within a host by
 a file lock.  Every table store is flushed and every load invalidated,
 since hosts may not keep their caches coherent for each other.
 
-Who lives is judged as cxlmpi.liveness tells: on this kernel (any pid
+Who lives is judged as cxlmpi.memory.liveness tells: on this kernel (any pid
 namespace) by the lock each owner holds on a byte of the file -- its table
 entry's, its control line's -- which the kernel keeps while the owner
 lives, stopped or not; in this pid namespace by pid and start time too;
@@ -35,7 +35,7 @@ every partition).
 Pool memory belongs to its users only: a pool file is created atomically,
 mode 0600 (0660 for CXLMPI_POOL_GROUP), never through a symbolic link, and
 a file or device that anyone else can read or write -- by its mode or its
-ACL -- is refused (cxlmpi.access).  Memory a
+ACL -- is refused (cxlmpi.memory.access).  Memory a
 new partition hands out is zero (hole-punched files, wiped by the arena
 where the memory cannot be given back, as on devdax).
 """

@@ -1,6 +1,6 @@
 """A partition table (`Device`): one open pool file or devdax device, shared
 by every job that names it, cut into partitions that pools claim and
-release; who lives is judged as cxlmpi.liveness tells (see cxlmpi.backends,
+release; who lives is judged as cxlmpi.memory.liveness tells (see cxlmpi.memory.backends,
 which opens the devices, for the whole picture)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ E_BEAT, E_PERIOD = 14, 15
 E_WORDS = 16
 
 #: The words of the error a claim raises when the device has no room left
-#: (cxlmpi.state then leaves the communicator with MPI, with one warning).
+#: (cxlmpi.pools.state then leaves the communicator with MPI, with one warning).
 NO_ROOM = "no room for a"
 
 
@@ -377,7 +377,7 @@ class Device(TableLock):
                 self._free_entry(entry, w[E_OFFSET], w[E_NBYTES])
 
     def _hold(self, entry: int) -> None:
-        """Lock entry `entry`'s byte for this process (cxlmpi.liveness)."""
+        """Lock entry `entry`'s byte for this process (cxlmpi.memory.liveness)."""
         try:
             hold(self.fd, 8 * self._entry_word(entry))
         except OSError as exc:

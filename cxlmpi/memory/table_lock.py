@@ -1,9 +1,9 @@
-"""The lock of a partition table (cxlmpi.partitions): a file lock among this
+"""The lock of a partition table (cxlmpi.memory.partitions): a file lock among this
 host's processes, and among hosts Fischer's timed protocol on plain stores
 -- no atomic read-modify-write across hosts, which CXL 2.0 multi-host
-sharing does not promise (see cxlmpi.backends).
+sharing does not promise (see cxlmpi.memory.backends).
 
-`TableLock` is the half of `cxlmpi.partitions.Device` that takes and gives
+`TableLock` is the half of `cxlmpi.memory.partitions.Device` that takes and gives
 back that lock; it works on the table words of the Device it is part of
 (`_load`, `_store`, `_address`) and on its `fd`, `spec`, `_thread_lock`,
 `_lock_depth` and `fischer_retries`."""

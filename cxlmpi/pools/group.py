@@ -10,7 +10,7 @@ each of those into G groups of consecutive ranks, so that the hierarchy runs
 (and is tested) on one node as if on G hosts.
 
 One group holding every rank: a flat pool (cxlmpi._pool.Pool).  Several
-groups: a Hierarchy (cxlmpi.hierarchy) - each collective runs in every
+groups: a Hierarchy (cxlmpi.pools.hierarchy) - each collective runs in every
 group's pool and through MPI among the group leaders.  Every rank reaches
 the same verdict (the outcome of each step is allgathered), and a set-up
 error on any rank is raised on every rank.

@@ -104,7 +104,7 @@ class Hierarchy:
         self.group, _ = self.where[rank]
         self.rank = rank
         self.pool = pool              # None in a group of one rank
-        self.hosts = 1                # hosts of the largest group (cxlmpi.group)
+        self.hosts = 1                # hosts of the largest group (cxlmpi.pools.group)
         self.leaders = leaders        # MPI among group leaders; None elsewhere
         # What adaptive selection (cxlmpi._shim.Routes) reads of a pool: the
         # ranks, the chunk, where pool arrays live (no zero copy across

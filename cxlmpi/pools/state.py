@@ -213,7 +213,7 @@ def _close_at_exit() -> None:
     """Let go of the pools of communicators never freed, so that a partition
     of a pool file or device is given back when the job ends (MPI has no
     collective left to run: each rank lets go of its own mappings).  This
-    runs before cxlmpi.backends closes the devices (atexit is last in, first
+    runs before cxlmpi.memory.backends closes the devices (atexit is last in, first
     out); pool arrays still alive keep their memory until the process ends
     (Pool.detach).  In a child made by fork() it touches nothing shared."""
     with _spares_lock:

@@ -1,7 +1,7 @@
 """``python -m cxlmpi --info``: version, MPI library, the pool, CPU features,
 every CXLMPI_* variable and which collectives take the pool; ``--info
 --markdown``: the README's tables of settings and options, generated from
-cxlmpi.config.VARIABLES and cxlmpi.command_line.OPTIONS."""
+cxlmpi.config.VARIABLES and cxlmpi.launch.command_line.OPTIONS."""
 
 from __future__ import annotations
 

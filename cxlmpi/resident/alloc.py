@@ -7,7 +7,7 @@ unmodified program's collectives on them take the zero-copy paths.
 Arrays of CXLMPI_ALLOC_THRESHOLD (by default CXLMPI_ZEROCOPY_THRESHOLD)
 bytes and more allocated by NumPy in this
 thread (NumPy keeps its handler per context: threads started afterwards use
-NumPy's default) come from this rank's arena of the node heap (cxlmpi.group:
+NumPy's default) come from this rank's arena of the node heap (cxlmpi.pools.group:
 used in place by every communicator whose ranks map it), the arena
 cxlmpi.empty & co. allocate from: NumPy's arrays may take all of it.  The
 heap is kept for good: such arrays stay valid after communicators are freed
@@ -67,8 +67,9 @@ def _install(threshold: int) -> None:
 
 @atexit.register
 def _retire() -> None:
-    """At exit (before cxlmpi.comm gives the pools back): NumPy's arrays stop
-    coming from the pool, whose partition may soon be another job's."""
+    """At exit (before cxlmpi.pools.state gives the pools back): NumPy's
+    arrays stop coming from the pool, whose partition may soon be another
+    job's."""
     if "cxlmpi._alloc" in sys.modules:
         from .. import _alloc
 

@@ -40,7 +40,7 @@ and every other time against stock MPI or another candidate in turn
 just took over is timed against the one it displaced once more before
 the spacing grows), so a change of load is followed.  What
 was learned is remembered per machine in a cache file (CXLMPI_CACHE,
-cxlmpi.cache), read when a communicator's pool is set up.
+cxlmpi.select.cache), read when a communicator's pool is set up.
 
 The package, one room of two (the other, compiled: pyx/shim/routes.pxi):
 

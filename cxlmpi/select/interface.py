@@ -9,7 +9,7 @@
   is settled, without Python; which calls a timed run counts and how (end
   to end, its untimed first half); when to stop for a header step.
 
-They meet here and nowhere else.  `cxlmpi.select.lifecycle.attach` binds a
+They meet here and nowhere else.  `cxlmpi.pools.selection.attach` binds a
 `RouteTable` to its `Policy` (``routes.selector``) when a communicator's pool
 is set up; the communicator's state then holds only the route table.
 

@@ -63,7 +63,7 @@ class Selector:
         self.spent: list[float] = []  # the latest figures of a header call's overhead
         self.cold_figure = True   # the next figure is the first header call's (not kept)
         self.headers = 0      # header steps so far (each also counts in the ops)
-        # the machine fingerprint the cache entry is for (cxlmpi.select.lifecycle;
+        # the machine fingerprint the cache entry is for (cxlmpi.pools.selection;
         # None: nothing is remembered)
         self.machine: dict[str, Any] | None = None
         for (which, sc, pl), entry in self.prior.items():

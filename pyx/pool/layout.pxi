@@ -60,7 +60,7 @@ def _layout():
             "header_token": <char *>&_header_example.token - <char *>&_header_example}
 
 
-# Offsets of the shared layout that Python code reads (cxlmpi.backends, tests).
+# Offsets of the shared layout that Python code reads (cxlmpi.memory.backends, tests).
 LAYOUT = _layout()
 # Status codes returned by the nogil algorithms.
 DEF OK = 0

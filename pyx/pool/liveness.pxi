@@ -10,7 +10,7 @@
 # clock.  Only where the peer runs on another kernel is the heartbeat the
 # witness, and a rank judged gone there because it only stood still finds
 # out when it resumes: the reclaimer wiped the partition's token
-# (cxlmpi.backends), which every rank compares with its own before a call,
+# (cxlmpi.memory.backends), which every rank compares with its own before a call,
 # at its steps and after it (`revoked`).
 
 cdef extern from "cxl_lock.h" nogil:

@@ -23,7 +23,7 @@ cdef class Pool(_Arenas):
         per step (CXLMPI_CHUNK_SIZE; at most a half is used), the smallest
         reduction that runs reduce-scatter + allgather
         (CXLMPI_RSAG_THRESHOLD), the smallest collective that first asks
-        where the buffers live (CXLMPI_ZEROCOPY_THRESHOLD).  cxlmpi.group
+        where the buffers live (CXLMPI_ZEROCOPY_THRESHOLD).  cxlmpi.pools.group
         tunes every pool it makes from the configuration, their one source;
         an untuned pool (zeros) still runs every collective correctly, one
         element a step."""
@@ -182,7 +182,7 @@ cdef class Pool(_Arenas):
                      int any_tag, bint comm_is_int):
         """Keep MPI progressing while this rank waits in the pool: `iprobe`
         is the address of MPI_Iprobe, `comm` the handle of a communicator
-        nothing is ever sent to (see cxlmpi.progress)."""
+        nothing is ever sent to (see cxlmpi.pools.progress)."""
         self.st.progress.iprobe = <void *>iprobe
         self.st.progress.comm = <intptr_t>comm
         self.st.progress.any_source = any_source

@@ -79,7 +79,7 @@ cdef int reserve_file(int fd, size_t offset, size_t nbytes) noexcept nogil:
 
 
 def reserve(int fd, size_t offset, size_t nbytes):
-    """`reserve_file` for cxlmpi.backends (a pool file's partition table):
+    """`reserve_file` for cxlmpi.memory.backends (a pool file's partition table):
     0, or the errno."""
     return reserve_file(fd, offset, nbytes)
 
@@ -166,7 +166,7 @@ _let_go = None   # what frees memory the process keeps (see on_short)
 
 def on_short(fn):
     """Install `fn()`, which lets go of pool memory the process keeps (the
-    pools of freed communicators, cxlmpi.state) and says whether it had
+    pools of freed communicators, cxlmpi.pools.state) and says whether it had
     any: a pool whose data halves cannot be had calls it on every rank."""
     global _let_go
     _let_go = fn

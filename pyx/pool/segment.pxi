@@ -246,7 +246,7 @@ cdef class _Segment:
                       bint wipe=True, bint emulate=False):
         """Map `nbytes` of an open file or device at `offset` (a partition
         claimed through the device's partition table, see
-        cxlmpi.backends).  The creating rank formats the partition, wiping
+        cxlmpi.memory.backends).  The creating rank formats the partition, wiping
         whatever an earlier job left in its control lines; the others check
         that it carries this job's `token`.  `wipe`: memory an earlier job
         may have left data in (a device whose freed partitions are not

@@ -2,7 +2,7 @@
 # route table of adaptive selection (Routes: per collective x size class x
 # placement, the path a call takes and until when; every index Python
 # hands it is checked before it touches the table, a size class comes from
-# a cache file too: cxlmpi.cache), and the timing rules every call
+# a cache file too: cxlmpi.select.cache), and the timing rules every call
 # follows: `skip` (a settled MPI class before any parsing), `take` (the
 # path, asking the selector in a header step where unsettled), `took`
 # (what the call found, and its time for a run in flight).

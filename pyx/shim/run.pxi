@@ -333,7 +333,7 @@ cdef void abandon_order(object state) noexcept:
 
 
 def order_calls(comm):
-    """`order` for the object collectives (cxlmpi.objects): once at the
+    """`order` for the object collectives (cxlmpi.communicator.objects): once at the
     end of each."""
     order(comm, -1)
 

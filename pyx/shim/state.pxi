@@ -1,11 +1,12 @@
-# Communicator state: the cxlmpi.state object of each communicator (its
+# Communicator state: the cxlmpi.pools.state object of each communicator (its
 # pool, its routes), and the rank, size and pool of the communicator the
 # last call was made on, read once per run of calls on it (`sized`).
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
-# communicator handle -> state object (cxlmpi.comm._State), filled by
-# cxlmpi.comm.state_for, emptied by the MPI attribute delete callback.
+# communicator handle -> state object (cxlmpi.pools.state._State), filled by
+# the set-up cxlmpi.pools.state binds (`bind`), emptied by the MPI attribute
+# delete callback.
 states = {}
 cdef dict _states = states
 cdef object _state_for = None
@@ -88,7 +89,7 @@ cdef inline int comm_size(object comm) except -1:
 
 
 def bind(state_for, fail, order_failed):
-    """Install cxlmpi.state's state set-up and failure reporting (of the
+    """Install cxlmpi.pools.state's state set-up and failure reporting (of the
     algorithms, and of the MPI barrier that ends a pool collective)."""
     global _state_for, _fail, _order_failed
     _state_for = state_for

@@ -16,7 +16,7 @@ ignores the SIGSTOP it sends itself: a shell that waits for it is.)
 
 Rank 1 is resumed by a helper it starts before it stops itself: the pause
 is the scenario, not a synchronization.  Prints ``RESULT {"ok": [...],
-"errors": [...], "hosts": [...]}`` on rank 0 (hosts: cxlmpi.liveness.HOST).
+"errors": [...], "hosts": [...]}`` on rank 0 (hosts: cxlmpi.memory.liveness.HOST).
 """
 
 import json
