@@ -10,6 +10,7 @@ of the same name taken as a namespace package.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,16 @@ def test_installed_package_wins_over_a_folder_named_cxlmpi(kind: str, how: str,
         assert f"VERSION {cxlmpi.__version__}\n" in proc.stdout
         found = proc.stdout.split("FILE ", 1)[1].strip()
         assert Path(found).resolve() == (ROOT / "cxlmpi" / "__init__.py").resolve()
+
+
+def test_every_package_is_shipped() -> None:
+    """pyproject.toml lists the packages a (non-editable) install ships: it
+    must name every folder of cxlmpi that holds an __init__.py, or `pip
+    install .` leaves that layer out (the editable install of the tests
+    would not notice)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = re.search(r"^packages = \[([^\]]*)\]", text, re.M)
+    assert listed, "pyproject.toml: no packages = [...]"
+    folders = {".".join(path.parent.relative_to(ROOT).parts)
+               for path in (ROOT / "cxlmpi").rglob("__init__.py")}
+    assert set(re.findall(r'"([\w.]+)"', listed.group(1))) == folders
