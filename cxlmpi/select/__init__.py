@@ -52,8 +52,8 @@ The package, one room of two (the other, compiled: pyx/shim/routes.pxi):
 - `cache`: the cache file, checked before it is trusted.
 
 A communicator's selection is set up from the cache and written back by its
-pool state (cxlmpi.pools.selection: `attach`, `remember`), which holds the
-policy: the policy knows nothing of the pools that hold it.
+pool state, which holds it (cxlmpi.pools.selection: `attach`, `remember`);
+this package imports nothing from cxlmpi.pools.
 """
 
 from __future__ import annotations
