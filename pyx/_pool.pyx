@@ -131,6 +131,7 @@ cdef extern from "cxl_kernels.h" nogil:
 cdef extern from "cxl_beat.h" nogil:
     int cxl_beat_add(uint64_t *word, int flush, const uint64_t *owner, uint64_t token)
     void cxl_beat_remove(const uint64_t *word)
+    void cxl_beat_remove_range(const void *base, size_t nbytes)
     void cxl_beat_set_period(uint64_t ns)
     uint64_t cxl_beat_period_ns
     uint64_t cxl_beat_rounds

@@ -145,6 +145,23 @@ static void cxl_beat_remove(const uint64_t *word)
     pthread_mutex_unlock(&cxl_beat_lock);
 }
 
+/* Stop beating every word that lies in, or is owned through, the `nbytes`
+ * at `base` (before that memory is unmapped: the thread would fault on
+ * it, as it did at exit when a mapping went with a word still beating). */
+static void cxl_beat_remove_range(const void *base, size_t nbytes)
+{
+    uintptr_t lo = (uintptr_t)base, hi = lo + nbytes;
+    pthread_mutex_lock(&cxl_beat_lock);
+    for (int i = 0; i < cxl_beat_n;) {
+        uintptr_t w = (uintptr_t)cxl_beats[i].word, o = (uintptr_t)cxl_beats[i].owner;
+        if ((w >= lo && w < hi) || (o != 0 && o >= lo && o < hi))
+            cxl_beats[i] = cxl_beats[--cxl_beat_n];
+        else
+            i++;
+    }
+    pthread_mutex_unlock(&cxl_beat_lock);
+}
+
 /* The period, until the thread starts: observers were told the period
  * of each counter when it was registered, so it never changes after. */
 static void cxl_beat_set_period(uint64_t ns)

@@ -14,6 +14,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 
 from .. import _pool, config
 from ..errors import CXLMPIPoolError
@@ -96,6 +97,10 @@ class Device(TableLock):
                               mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._words = memoryview(self._map).cast("Q")
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        # No word of the table may still beat once it is unmapped (closed,
+        # collected, or torn down at exit): the beat thread would fault.
+        self._stop_beats = weakref.finalize(self, _pool.beat_remove_range,
+                                            self._address, self.table_nbytes)
         self._thread_lock = threading.RLock()
         self._lock_depth = 0               # nesting of locked() in the holding thread
         self.claims: dict[int, int] = {}   # entry -> token, claimed here
@@ -443,6 +448,7 @@ class Device(TableLock):
             _pool.beat_remove(self._address + 8 * (self._entry_word(entry) + E_BEAT))
             drop(self.fd, 8 * self._entry_word(entry))
         self.claims.clear()
+        self._stop_beats()
         self._words.release()
         self._map.close()
         os.close(self.fd)

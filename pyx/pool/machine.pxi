@@ -130,6 +130,12 @@ def beat_remove(uintptr_t address):
     cxl_beat_remove(<const uint64_t *>address)
 
 
+def beat_remove_range(uintptr_t address, size_t nbytes):
+    """Stop beating every word in the `nbytes` at `address`, or watched
+    there (call it before that memory is unmapped)."""
+    cxl_beat_remove_range(<const void *>address, nbytes)
+
+
 def flushed_lines():
     """Cache lines this process flushed or invalidated for software
     coherence (CXLMPI_COHERENCE=sw); the metadata flushes of every mode

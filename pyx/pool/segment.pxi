@@ -99,6 +99,8 @@ cdef class _Segment:
             if mine and not self.detached and self.st.size > 0:
                 leave_line(&self.st)  # this rank is gone
             if mine and not self.detached:
+                # (no word of it may still beat, whichever way it was added)
+                cxl_beat_remove_range(self.st.base, self.nbytes)
                 shared = cxl_emu_detach(self.st.base) if self.emulated else NULL
                 munmap(self.st.base if shared == NULL else shared, self.nbytes)
             self.st.base = NULL
