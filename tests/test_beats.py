@@ -14,7 +14,8 @@ from harness import ROOT
 
 DROPPED_TABLE = """
 import gc, os, sys
-from cxlmpi import _pool, backends
+from cxlmpi import _pool
+from cxlmpi.memory import backends
 with open(sys.argv[1], "wb") as f:
     f.truncate(64 << 20)
 os.chmod(sys.argv[1], 0o600)
