@@ -50,6 +50,9 @@ def test_receive_buffers_larger_than_the_message_run_as_stock(nranks: int,
     assert [name for name, ok in checks.items() if not ok] == [], job.describe()
 
 
+@pytest.mark.skipif(bool(os.environ.get("CXLMPI_TEST_OPENMPI")),
+                    reason="stock Open MPI aborts the process (SIGABRT) on a Bcast whose "
+                           "receivers name other bytes than its root; MPICH raises")
 @pytest.mark.parametrize("nranks", [2, 3])
 @pytest.mark.parametrize("settings", ["small", "default"])
 def test_bcast_with_receive_buffers_of_another_size_runs_as_stock(nranks: int,
