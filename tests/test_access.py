@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_backends import MIB, fresh, make_file
+from pool_files import MIB, fresh, make_file
 
 from cxlmpi import config
 from cxlmpi.errors import CXLMPIConfigError

@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import pytest
 from harness import ROOT, run_mpi
+from select_sim import ALLREDUCE, Job, fixed
 from test_reliability import tagged_json
-from test_select import ALLREDUCE, Job, fixed
 
 from cxlmpi import _shim, config, select
 from cxlmpi.errors import CXLMPIError

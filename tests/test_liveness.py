@@ -2,7 +2,7 @@
 (cxlmpi.memory.liveness, pyx/pool/liveness.pxi): whole MPI jobs whose rank 1 is
 stopped (SIGSTOP, as docker pause or a debugger would) for many times its
 lease while rank 0 waits for it in the pool (tests/scripts/paused_peer.py).
-The partition table's side (claimers) is in tests/test_backends.py."""
+The partition table's side (claimers) is in tests/test_partitions.py."""
 
 from __future__ import annotations
 

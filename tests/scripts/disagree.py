@@ -1,5 +1,5 @@
 """Ranks that disagree on a setting every rank must share
-(tests/test_runner.py): `disagree.py VAR VALUE HOW` sets VAR=VALUE in rank
+(tests/test_runner_info.py): `disagree.py VAR VALUE HOW` sets VAR=VALUE in rank
 0's environment only, before cxlmpi reads its settings, then makes the
 calls HOW says -- ``patch`` (cxlmpi.patch(), then an object bcast),
 ``objects`` (a wrapped communicator's object bcast first), ``buffers``

@@ -1,4 +1,4 @@
-"""Communicators that find no room left on a pool file (tests/test_backends.py):
+"""Communicators that find no room left on a pool file (tests/test_partitions.py):
 COUNT duplicates of COMM_WORLD, all kept alive, each runs a 64 KiB
 Allreduce; those whose pool the file cannot hold go to MPI with one warning.
 Rank 0 prints ``RESULT <json>``: whether every result matched stock MPI's on

@@ -1,5 +1,5 @@
 """A known mix of object (pickle) collectives for the stats tests
-(tests/test_runner.py): every method called a different number of times
+(tests/test_runner_info.py): every method called a different number of times
 with a large object (64 KiB array: the pool with CXLMPI_OBJECTS=1) and with
 a small one (passes through).  Rank 0 prints ``STATS <json of
 cxlmpi.stats()>``, ``CALLS <json>``: per method [large calls, small calls],

@@ -1,6 +1,6 @@
 """An ordinary mpi4py program (it never imports cxlmpi itself) for
-tests/test_runner.py: large collectives on MPI.COMM_WORLD checked against
-stock mpi4py on the same MPI handle.
+tests/test_runner.py and tests/test_runner_info.py: large collectives on
+MPI.COMM_WORLD checked against stock mpi4py on the same MPI handle.
 
 Run it as a file, as the module `probe` or via `-c "from probe import main;
 main()"`; rank 0 prints one line ``PROBE <json>``: a report per rank.

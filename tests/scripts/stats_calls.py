@@ -1,5 +1,5 @@
 """A known mix of pool and pass-through calls for the stats tests
-(tests/test_runner.py); rank 0 prints ``STATS <json of cxlmpi.stats()>``
+(tests/test_runner_info.py); rank 0 prints ``STATS <json of cxlmpi.stats()>``
 and ``EXPECT <json>``: the counts the mix must give.  It runs under
 ``python -m cxlmpi`` (COMM_WORLD patched)."""
 
