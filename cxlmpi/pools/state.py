@@ -87,6 +87,8 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
     # which must never find this one's (closed) pool.
     if _states.get(comm.handle) is state:
         del _states[comm.handle]
+    if isinstance(state.pool, Pool):
+        state.pool.drain()   # (its nonblocking calls end first, as MPI's would)
     _spare(state)
 
 
