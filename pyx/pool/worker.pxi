@@ -249,6 +249,8 @@ cdef class Pool(_Collectives):
         if w == NULL:
             return
         self.worker = NULL
+        if self.pid != this_pid:
+            return   # (a child made by fork(): the thread is the parent's)
         with nogil:
             pthread_mutex_lock(&w.mu)
             w.stopping = 1

@@ -149,7 +149,11 @@ def posted_failed(comm, exc):
 
 
 def live(record):
-    """Keep `record` (its messages) until its call has ended."""
+    """Keep `record` (its messages) until its call has ended (forgotten at
+    the next blocking call, or here once many are kept)."""
+    global _live
+    if len(_live) >= 64:
+        _live = [r for r in _live if not r.op.done]
     _live.append(record)
 
 
