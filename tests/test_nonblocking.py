@@ -66,3 +66,10 @@ def test_mismatched_posted_calls_raise_on_every_rank(nranks: int) -> None:
     every rank's Wait raises a mismatch error; none hangs."""
     out = result(POOL, nranks, "mismatch")
     assert out["ok"], out["problems"]
+
+
+def test_a_call_no_peer_posts_times_out() -> None:
+    """Only rank 0 posts an Iallreduce: its Wait raises a timeout error
+    (CXLMPI_TIMEOUT), as a blocking call's would, instead of hanging."""
+    out = result({**POOL, "CXLMPI_TIMEOUT": "3"}, 2, "timeout")
+    assert out["ok"], out["problems"]

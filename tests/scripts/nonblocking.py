@@ -17,6 +17,7 @@ nothing, and says so).  Scenarios:
               calling MPI (the worker progresses it)
   mismatch    rank 0 posts an Iallreduce, the others an Ibcast of the same
               bytes: every rank raises (a mismatch), none hangs
+  timeout     only rank 0 posts: its Wait raises by CXLMPI_TIMEOUT
   free        the communicator is freed with calls in flight, then waited
 """
 
@@ -247,6 +248,24 @@ def mismatch() -> None:
     problems.append(f"rank {rank}: the mismatched calls did not raise")
 
 
+def timeout() -> None:
+    n = 1 << 16
+    a = np.ones(n)
+    comm.Allreduce(a, np.zeros(n))
+    if rank != 0:
+        return   # (never posts: rank 0's Wait must end, by CXLMPI_TIMEOUT)
+    t0 = time.perf_counter()
+    try:
+        comm.Iallreduce(a, np.zeros(n)).Wait()
+    except cxlmpi.errors.CXLMPITimeoutError as exc:
+        if "timed out" not in str(exc):
+            problems.append(f"rank 0: the timeout says {exc}")
+        if time.perf_counter() - t0 > 60:
+            problems.append("rank 0: the Wait ended only after a minute")
+        return
+    problems.append("rank 0: a posted call no peer posted did not time out")
+
+
 def free() -> None:
     n = 1 << 16
     sub = cxlmpi.wrap(world.Dup())
@@ -263,11 +282,11 @@ def free() -> None:
 
 
 {"each": each, "inflight": inflight, "persistent": persistent, "progress": progress,
- "mismatch": mismatch, "free": free}[SCENARIO]()
+ "mismatch": mismatch, "timeout": timeout, "free": free}[SCENARIO]()
 rows = _shim.nonblocking_rows()
 posted = sum(r[0] for r in rows.values())
 passed = sum(r[1] for r in rows.values())
-problems = [p for ps in world.allgather(problems) for p in ps]
+problems = [p for ps in plain.allgather(problems) for p in ps]
 if rank == 0:
     print("RESULT " + json.dumps({"ok": not problems, "problems": problems[:10],
                                   "posted": posted, "passed": passed}), flush=True)
