@@ -432,4 +432,3 @@ cdef class Pool(_Collectives):
         o.c.addrs, o.c.sizes, o.c.b = send.addr, send.nbytes, <char *>recvaddr
         o.c.itemsize, o.c.fn, o.c.option = itemsize, reducer(op, tcode), inplace
         return o
-

@@ -198,8 +198,8 @@ cdef Plan nb_plan_bcast(object comm, object buf, int root):
     return planned(comm, BCAST, m.nbytes, "post_bcast", (m.address, m.nbytes, root), (m,))
 
 
-cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf, object op,
-                      int root):
+cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
+                         object op, int root):
     """Ireduce (root >= 0), Iallreduce, Iscan and Iexscan."""
     if not nb_on or disabled or root >= comm_size(comm):
         return None
@@ -257,7 +257,8 @@ cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
                    (send_addrs, sizes, recv_addrs, sizes, block, "Ialltoall"), (send, recv))
 
 
-cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvbuf, object op):
+cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvbuf,
+                                       object op):
     if not nb_on or disabled:
         return None
     cdef int size = comm_size(comm), d
