@@ -73,3 +73,11 @@ def test_a_call_no_peer_posts_times_out() -> None:
     (CXLMPI_TIMEOUT), as a blocking call's would, instead of hanging."""
     out = result({**POOL, "CXLMPI_TIMEOUT": "3"}, 2, "timeout")
     assert out["ok"], out["problems"]
+
+
+def test_posted_calls_run_the_variant_their_class_settled_on() -> None:
+    """A class settled on a pool variant (pinned here, every variant in
+    turn) posts its calls with that variant, and they agree with stock."""
+    out = result({"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}, 2, "variants")
+    assert out["ok"], out["problems"]
+    assert out["posted"] > 0, out

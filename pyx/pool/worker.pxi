@@ -202,6 +202,11 @@ cdef class Op:
             self.pool._wait(self.c)
 
     @property
+    def flags(self):
+        """The variant (V_*) the call runs with."""
+        return self.c.flags
+
+    @property
     def zerocopy(self):
         return self.c.zc != 0
 
@@ -369,7 +374,8 @@ cdef class Pool(_Collectives):
         o.c.sig_nbytes, o.c.pairs = nbytes, pairs
         return o
 
-    def post_barrier(self, str what="Ibarrier"):
+    def post_barrier(self, str what="Ibarrier", int flags=0):
+        """Pool.barrier, posted."""
         return self._op(F_BARRIER, what, -1, -1, -1, 0, 0, 0)
 
     def post_bcast(self, uintptr_t address, size_t nbytes, int root, int flags=0,

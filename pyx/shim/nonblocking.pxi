@@ -66,10 +66,10 @@ def configure_nonblocking(bint on):
 
 cdef class Plan:
     """A nonblocking call the pool takes: the state, the collective, its
-    bytes, and how to post it (`post(*args)`, a Pool.post_<family>); `keep`
-    holds its messages' buffers."""
+    bytes, and how to post it (`post(*args, flags=flags)`, a
+    Pool.post_<family>); `keep` holds its messages' buffers."""
     cdef readonly object state, post, args, keep
-    cdef readonly int which
+    cdef readonly int which, flags       # flags: the variant of the path (V_*)
     cdef readonly Py_ssize_t nbytes
 
 
@@ -105,13 +105,13 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     cdef Plan p = Plan.__new__(Plan)
     p.state, p.which, p.nbytes, p.keep = state, which, nbytes, keep
     p.post = getattr(pool, method)
-    p.args = args + (code - 1,) if code > 1 else args
+    p.args, p.flags = args, code - 1
     return p
 
 
 def post(Plan plan):
     """Make the Op of `plan` (Pool.post_<family>), counted as posted."""
-    op = plan.post(*plan.args)
+    op = plan.post(*plan.args, flags=plan.flags)
     nb_pool[plan.which] += 1
     nb_bytes[plan.which] += plan.nbytes
     return op

@@ -18,6 +18,7 @@ nothing, and says so).  Scenarios:
   mismatch    rank 0 posts an Iallreduce, the others an Ibcast of the same
               bytes: every rank raises (a mismatch), none hangs
   timeout     only rank 0 posts: its Wait raises by CXLMPI_TIMEOUT
+  variants    every pool variant pinned in the routes: the call runs with it
   free        the communicator is freed with calls in flight, then waited
 """
 
@@ -248,6 +249,46 @@ def mismatch() -> None:
     problems.append(f"rank {rank}: the mismatched calls did not raise")
 
 
+def variants() -> None:
+    """Every pool variant, pinned in the route table: the posted call runs
+    with it (its signature says so) and gives stock's values."""
+    from cxlmpi import _pool, config, select
+
+    n = 1 << 15
+    a = data(n, 1)
+    comm.Allreduce(a, np.zeros(n))   # (the pool set up)
+    state = _shim.states[comm.handle]
+    for name in ("Iallreduce", "Ibcast", "Iallgather", "Ialltoall"):
+        which = config.COLLECTIVES.index(name[1:].lower())
+        for code in range(_pool.POOL_PATH, _pool.MAX_PATH + 1):
+            total = n * 8 * (size if name in ("Iallgather", "Ialltoall") else 1)
+            for pl in (0, 1):
+                state.routes.set(which, select.size_class(total), pl, code, 1 << 62)
+            if name == "Iallreduce":
+                out, ref = np.zeros(n), np.zeros(n)
+                req = comm.Iallreduce(a, out)
+                plain.Allreduce(a, ref)
+            elif name == "Ibcast":
+                out = a.copy() if rank == 0 else np.zeros(n)
+                req = comm.Ibcast(out, 0)
+                ref = data(n, 1) - 7 * rank
+            elif name == "Iallgather":
+                out, ref = np.zeros(n * size), np.zeros(n * size)
+                req = comm.Iallgather(a, out)
+                plain.Allgather(a, ref)
+            else:
+                x = data(n * size, 2)
+                out, ref = np.zeros(n * size), np.zeros(n * size)
+                req = comm.Ialltoall(x, out)
+                plain.Alltoall(x, ref)
+            flags = req._record.op.flags
+            req.Wait()
+            check(f"{name} {select.code_name(code)}", out, ref)
+            if flags != code - 1:
+                problems.append(f"{name} pinned to {select.code_name(code)} ran variant "
+                                f"{flags}")
+
+
 def timeout() -> None:
     n = 1 << 16
     a = np.ones(n)
@@ -282,7 +323,7 @@ def free() -> None:
 
 
 {"each": each, "inflight": inflight, "persistent": persistent, "progress": progress,
- "mismatch": mismatch, "timeout": timeout, "free": free}[SCENARIO]()
+ "mismatch": mismatch, "timeout": timeout, "variants": variants, "free": free}[SCENARIO]()
 rows = _shim.nonblocking_rows()
 posted = sum(r[0] for r in rows.values())
 passed = sum(r[1] for r in rows.values())
