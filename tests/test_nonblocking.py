@@ -17,15 +17,16 @@ SCRIPT = "tests/scripts/nonblocking.py"
 POOL = {"CXLMPI_TUNING": "pool", "CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}
 
 
-def result(env: dict[str, str], nranks: int, scenario: str) -> dict:
-    proc = run_mpi(nranks, [SCRIPT, scenario], env=env, timeout=300)
+def result(env: dict[str, str], nranks: int, scenario: str, *args: str) -> dict:
+    proc = run_mpi(nranks, [SCRIPT, scenario, *args], env=env, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, proc.stdout + proc.stderr
     return json.loads(lines[0][len("RESULT "):])
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
-@pytest.mark.parametrize("scenario", ["each", "inflight", "persistent", "progress", "free"])
+@pytest.mark.parametrize("scenario", ["each", "forms", "inflight", "persistent", "progress",
+                                      "free"])
 def test_posted_collectives_equal_stock(scenario: str, nranks: int) -> None:
     """Every nonblocking and persistent form the pool serves gives stock's
     values (in place, several sizes and roots; many calls in flight on one
@@ -60,11 +61,24 @@ def test_without_a_worker_every_call_goes_to_mpi(env: dict[str, str]) -> None:
     assert out["posted"] == 0 and out["passed"] > 0, out
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_mismatched_posted_calls_raise_on_every_rank(nranks: int) -> None:
+@pytest.mark.parametrize("nranks, how", [(2, "wait"), (3, "wait"), (2, "waitall")])
+def test_mismatched_posted_calls_raise_on_every_rank(nranks: int, how: str) -> None:
     """Rank 0 posts an Iallreduce, the others an Ibcast of the same bytes:
-    every rank's Wait raises a mismatch error; none hangs."""
-    out = result(POOL, nranks, "mismatch")
+    every rank's Wait (or MPI's Waitall) raises; none hangs."""
+    out = result(POOL, nranks, "mismatch", how)
+    assert out["ok"], out["problems"]
+
+
+@pytest.mark.parametrize("nranks", [1, 4])
+def test_one_and_four_ranks(nranks: int) -> None:
+    """The same on one rank (the pool of one) and on four (oversubscribed)."""
+    out = result(POOL, nranks, "each")
+    assert out["ok"], out["problems"]
+
+
+def test_a_persistent_collective_started_many_times() -> None:
+    """300 starts of each persistent request, data changing, against stock."""
+    out = result(POOL, 2, "persistent", "300")
     assert out["ok"], out["problems"]
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from mpi4py import MPI
 
 from .. import _shim
+from ..errors import CXLMPIMismatchError, CXLMPIPoolError, CXLMPITimeoutError
 
 __all__ = ["PoolRequest", "PersistentRequest"]
 
@@ -63,9 +64,29 @@ def _query(status: MPI.Status, record: _Record) -> None:
     status.Set_error(MPI.SUCCESS)
     status.Set_elements(MPI.BYTE, 0)
     status.Set_cancelled(False)
-    error = record.failure()
-    if error is not None and not record.raised:
-        raise error
+    exc = record.op.error()
+    if exc is None:
+        _shim.finish(record.plan)   # (staged messages back into the user's)
+    elif not record.raised:
+        # Inside MPI's completion: say what failed, close nothing (the
+        # communicator's next call does, see _shim settle_posted).
+        raise record.error or _error_of(record, exc)
+
+
+def _error_of(record: _Record, exc: Any) -> Exception:
+    """The error of a failed call, without the side effects of closing its
+    pool (which `failure` has)."""
+    comm = record.comm
+    where = f"{exc.what} (rank {comm.Get_rank()} of {comm.Get_size()})"
+    if exc.mismatch:
+        return CXLMPIMismatchError(f"cxlmpi: {where}: the ranks' calls do not match "
+                                   f"(sizes, roots, ops and types must agree, as MPI "
+                                   f"requires)")
+    if exc.timed_out:
+        return CXLMPITimeoutError(f"cxlmpi: {where} timed out in the pool (raise "
+                                  f"CXLMPI_TIMEOUT if its peers are just slow)")
+    return CXLMPIPoolError(f"cxlmpi: {where} failed in the pool (code {exc.code}, rank "
+                           f"{exc.rank}); the communicator's next call says more")
 
 
 def _free(record: _Record) -> None:
@@ -128,6 +149,13 @@ class PoolRequest(MPI.Grequest):
         self._ran()
         return MPI.Grequest.Test(self, status)
 
+    def Free(self) -> None:  # noqa: N802
+        # MPI: freeing a collective's request is erroneous; here the call
+        # ends first (its worker writes into the buffers until then).
+        self._ran()
+        if self != MPI.REQUEST_NULL:
+            MPI.Grequest.Free(self)
+
 
 def start(comm: MPI.Intracomm, plan: Any) -> PoolRequest:
     """The request of a nonblocking collective that the pool takes."""
@@ -153,11 +181,15 @@ class PersistentRequest(MPI.Prequest):
             _HANDLE.from_address(MPI._addressof(greq)).value
 
     def Start(self) -> None:  # noqa: N802
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_REQUEST)
-        if self._record is not None and not self._record.op.done \
-                or self != MPI.REQUEST_NULL:
-            raise MPI.Exception(MPI.ERR_REQUEST)   # (still active)
+        if self._freed or self != MPI.REQUEST_NULL:
+            raise MPI.Exception(MPI.ERR_REQUEST)   # (freed, or still active)
+        if self._record is not None:
+            self._record.op.wait()   # (completed by MPI: its worker is ending it)
+        state = _shim.states.get(self._comm.handle)
+        if state is None or state is not self._plan.state or state.pool is None:
+            raise MPI.Exception(MPI.ERR_COMM)   # (its communicator was freed)
+        if state.error is not None:
+            raise state.error
         greq, self._record = _post(self._comm, self._plan)
         self._take(greq)
 
@@ -198,8 +230,9 @@ class PersistentRequest(MPI.Prequest):
 
     def Free(self) -> None:  # noqa: N802
         """Free the request (once inactive, as MPI requires)."""
-        if self._record is not None and not self._record.op.done:
-            raise MPI.Exception(MPI.ERR_REQUEST)
+        if self._record is not None and not self._record.op.done \
+                and self != MPI.REQUEST_NULL:
+            raise MPI.Exception(MPI.ERR_REQUEST)   # (still active)
         self._ran()
         if self != MPI.REQUEST_NULL:   # (completed, not yet waited for)
             MPI.Prequest.Wait(self)

@@ -52,7 +52,7 @@ cdef enum:
 cdef enum:
     QUEUED, RUNNING, DONE
 
-ctypedef void (*cxl_complete_fn)(uintptr_t, uintptr_t) noexcept nogil
+ctypedef void (*cxl_complete_fn)(uintptr_t, uintptr_t, int *) noexcept nogil
 
 
 cdef struct cxl_op:
@@ -69,7 +69,7 @@ cdef struct cxl_op:
     size_t *sizes
     char **addrs2                 # exchanges: receive blocks
     size_t *sizes2
-    cxl_complete_fn complete      # called with (request, after) once the call ran
+    cxl_complete_fn complete      # called with (request, after, &rc) once the call ran
     uintptr_t request, after
     int state                     # QUEUED, RUNNING, DONE (under the worker's lock)
     int rc, failed_rank, zc
@@ -86,6 +86,8 @@ cdef struct cxl_worker:
     cxl_op *tail
     state_t *st
     int stopping
+    int broken_rc                 # a call failed where the ranks are out of step (else OK)
+    int broken_rank
 
 
 cdef int run_op(state_t *st, cxl_op *o) noexcept nogil:
@@ -123,11 +125,10 @@ cdef void *worker_main(void *arg) noexcept nogil:
     there is none; once stopping, end the calls still queued with
     ERR_CLOSED (their requests complete: no Wait is left hanging), as
     after a call that failed where the ranks are out of step (a timeout, a
-    peer gone: the pool is closed next)."""
+    peer gone: `broken_rc`; the caller closes the pool next)."""
     cdef cxl_worker *w = <cxl_worker *>arg
     cdef cxl_op *o
     cdef int rc
-    cdef bint broken = False   # a call failed where the ranks are out of step
     pthread_mutex_lock(&w.mu)
     while True:
         while w.head == NULL and not w.stopping:
@@ -137,19 +138,20 @@ cdef void *worker_main(void *arg) noexcept nogil:
             break
         o.state = RUNNING
         pthread_mutex_unlock(&w.mu)
-        if w.stopping or broken:
+        if w.stopping or w.broken_rc != OK:
             rc = ERR_CLOSED
             w.st.failed_rank = w.st.rank
         else:
             rc = run_op(w.st, o)
-            broken = rc != OK and rc != ERR_MISMATCH
-        o.rc = rc
         o.failed_rank = w.st.failed_rank
         o.zc = w.st.took_zc
         o.still_s, o.lease_s = w.st.still_s, w.st.lease_s
         if o.complete != NULL:   # (before DONE: a drained pool's caller may use MPI next)
-            o.complete(o.request, o.after if rc == OK else 0)
+            o.complete(o.request, o.after, &rc)   # (an ordering barrier late: rc)
+        o.rc = rc
         pthread_mutex_lock(&w.mu)
+        if rc != OK and rc != ERR_MISMATCH and rc != ERR_CLOSED and w.broken_rc == OK:
+            w.broken_rc, w.broken_rank = rc, o.failed_rank
         w.head = o.next
         if w.head == NULL:
             w.tail = NULL
@@ -253,8 +255,8 @@ cdef class Pool(_Collectives):
         cdef cxl_worker *w = self.worker
         if w == NULL:
             return
-        self.worker = NULL
         if self.pid != this_pid:
+            self.worker = NULL
             return   # (a child made by fork(): the thread is the parent's)
         with nogil:
             pthread_mutex_lock(&w.mu)
@@ -264,6 +266,8 @@ cdef class Pool(_Collectives):
             pthread_cond_broadcast(&w.work)
             pthread_mutex_unlock(&w.mu)
             pthread_join(w.thread, NULL)
+        self.worker = NULL
+        with nogil:
             pthread_cond_destroy(&w.work)
             pthread_cond_destroy(&w.ended)
             pthread_mutex_destroy(&w.mu)
@@ -293,6 +297,19 @@ cdef class Pool(_Collectives):
             raise OSError(rc, "cxlmpi: cannot start the pool's worker thread")
         self.worker = w
 
+    cdef cxl_worker *_live_worker(self):
+        """The worker, or NULL (none; or a child made by fork())."""
+        return self.worker if self.pid == this_pid else NULL
+
+    def failure(self):
+        """The PoolFailure of a posted call that failed where the ranks are
+        out of step (a timeout, a peer gone; the pool must be closed before
+        anything else runs on it), or None."""
+        cdef cxl_worker *w = self._live_worker()
+        if w == NULL or w.broken_rc == OK:
+            return None
+        return PoolFailure(w.broken_rc, w.broken_rank, "a nonblocking call")
+
     cdef _submit(self, Op o):
         self._check()
         if self.worker == NULL:
@@ -312,7 +329,7 @@ cdef class Pool(_Collectives):
             pthread_mutex_unlock(&w.mu)
 
     cdef bint _ended(self, cxl_op *c):
-        cdef cxl_worker *w = self.worker
+        cdef cxl_worker *w = self._live_worker()
         if w == NULL:
             return True   # (stopped: every call it had has ended)
         pthread_mutex_lock(&w.mu)
@@ -321,7 +338,7 @@ cdef class Pool(_Collectives):
         return ended
 
     cdef _wait(self, cxl_op *c):
-        cdef cxl_worker *w = self.worker
+        cdef cxl_worker *w = self._live_worker()
         if w == NULL:
             return
         with nogil:
@@ -333,7 +350,7 @@ cdef class Pool(_Collectives):
     def drain(self):
         """Wait until the worker has ended every call posted so far (before
         this rank runs anything else on the pool itself)."""
-        cdef cxl_worker *w = self.worker
+        cdef cxl_worker *w = self._live_worker()
         if w == NULL:
             return
         with nogil:
@@ -351,7 +368,7 @@ cdef class Pool(_Collectives):
     @property
     def posted(self):
         """Whether calls posted to the worker have not ended yet."""
-        cdef cxl_worker *w = self.worker
+        cdef cxl_worker *w = self._live_worker()
         if w == NULL:
             return False
         pthread_mutex_lock(&w.mu)

@@ -10,10 +10,13 @@
 # finish first (`settle_posted`, from `enter`).
 #
 # What goes to MPI, always: every form whose sizes only some ranks know
-# (Igather(v), Iscatter(v), Iallgatherv, Ialltoallv, Ireduce_scatter), staged
-# messages (derived datatypes, device arrays: their copy-back needs the
-# GIL), pools across hosts, and every call where MPI was not started with
+# (Igather(v), Iscatter(v), Iallgatherv, Ialltoallv, Ireduce_scatter), pools
+# across hosts, and every call where MPI was not started with
 # MPI_THREAD_MULTIPLE (the worker completes requests from its own thread).
+# A message the pool cannot read in place (a derived datatype, a device
+# array) is staged as for a blocking call: copied in when the call is
+# posted, out when its request completes (its query, which runs with the
+# GIL) -- never sent to MPI on its own, which its peers would not follow.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
@@ -39,13 +42,17 @@ cdef object _persistent = None       # requests.persistent(comm, plan, stock)
 cdef bint nb_on = False
 
 
-cdef void nb_complete(uintptr_t request, uintptr_t order) noexcept nogil:
-    """The worker's completion of a posted call: the MPI barrier that ends
-    a pool collective (CXLMPI_ORDERING; `order`: the private communicator,
-    0: none), then MPI_Grequest_complete."""
+cdef void nb_complete(uintptr_t request, uintptr_t order, int *rc) noexcept nogil:
+    """The worker's completion of a posted call that ran (`*rc`: OK, or
+    the pool's error code): the MPI barrier that ends a pool collective
+    (CXLMPI_ORDERING; `order`: the private communicator, 0: none) -- late
+    or failed, the call fails as a timeout (the peer that did not come
+    raised, or stands still), as a blocking call's `order` does -- then
+    MPI_Grequest_complete."""
     cdef int ierr = 0
-    if order:
-        cxl_mpi_order(<cxl_h>order, order_timeout_s, &ierr)
+    if order and rc[0] == 0:
+        if cxl_mpi_order(<cxl_h>order, order_timeout_s, &ierr) or ierr:
+            rc[0] = -1   # (ERR_TIMEOUT of pyx/pool/layout.pxi)
     cxl_mpi_complete(<Py_ssize_t>request)
 
 
@@ -70,11 +77,12 @@ cdef class Plan:
     Pool.post_<family>); `keep` holds its messages' buffers."""
     cdef readonly object state, post, args, keep
     cdef readonly int which, flags       # flags: the variant of the path (V_*)
+    cdef tuple fills, drains             # staged messages: copied in at post, out at the end
     cdef readonly Py_ssize_t nbytes
 
 
 cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple args,
-                  tuple keep):
+                  tuple fills, tuple drains):
     """The Plan of a call of `nbytes` that the pool could take, or None
     (MPI): the communicator's pool (set up on its first call: collective,
     as for the blocking calls) on one host and ready, and its routes'
@@ -85,6 +93,9 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     if state is None or state.hosts > 1 or type(state.pool) is not Pool:
         return None
     pool = state.pool
+    exc = pool.failure()
+    if exc is not None:   # (an earlier posted call broke the pool)
+        raise run_failed(comm, exc)
     if not pool.ready:
         if pool.short:
             return None
@@ -103,7 +114,8 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     if code <= 0:
         return None
     cdef Plan p = Plan.__new__(Plan)
-    p.state, p.which, p.nbytes, p.keep = state, which, nbytes, keep
+    p.state, p.which, p.nbytes, p.keep = state, which, nbytes, fills + drains
+    p.fills, p.drains = fills, drains
     p.post = getattr(pool, method)
     p.args, p.flags = args, code - 1
     return p
@@ -111,10 +123,19 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
 
 def post(Plan plan):
     """Make the Op of `plan` (Pool.post_<family>), counted as posted."""
+    for m in plan.fills:
+        fill(m)
     op = plan.post(*plan.args, flags=plan.flags)
     nb_pool[plan.which] += 1
     nb_bytes[plan.which] += plan.nbytes
     return op
+
+
+def finish(Plan plan):
+    """After a posted call ran (its request's query, in the thread that
+    completes it): copy staged receive messages back into the user's."""
+    for m in plan.drains:
+        drain(m)
 
 
 def submit(Plan plan, op, request):
@@ -137,8 +158,12 @@ cdef int settle_posted(object comm) except -1:
     state = _states.get(comm.handle)
     if state is not None:
         pool = state.pool
-        if type(pool) is Pool and pool.posted:
-            pool.drain()
+        if type(pool) is Pool:
+            if pool.posted:
+                pool.drain()
+            exc = pool.failure()
+            if exc is not None:   # (a posted call broke the pool: closed first)
+                raise run_failed(comm, exc)
     _live = [r for r in _live if not r.op.done]
     return 0
 
@@ -186,16 +211,18 @@ cdef Plan nb_plan_barrier(object comm):
     state = _states.get(comm.handle)
     if state is not None and state.order is not None:
         return None   # (with CXLMPI_ORDERING, MPI's own barrier does the work)
-    return planned(comm, BARRIER, 0, "post_barrier", (), ())
+    return planned(comm, BARRIER, 0, "post_barrier", (), (), ())
 
 
 cdef Plan nb_plan_bcast(object comm, object buf, int root):
     if not nb_on or disabled or not 0 <= root < comm_size(comm):
         return None
-    cdef Message m = message(buf, root != comm_rank(comm), 0, lo[BCAST], STAGE_NONE)
+    cdef bint rooted = root == comm_rank(comm)
+    cdef Message m = message(buf, not rooted, 0, lo[BCAST], STAGE_ANY)
     if m is None:
         return None
-    return planned(comm, BCAST, m.nbytes, "post_bcast", (m.address, m.nbytes, root), (m,))
+    return planned(comm, BCAST, m.nbytes, "post_bcast", (m.address, m.nbytes, root),
+                   (m,) if rooted else (), () if rooted else (m,))
 
 
 cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
@@ -209,26 +236,30 @@ cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
         return None
     cdef Message send, recv = None
     if receiving:
-        recv = message(recvbuf, True, 0, 0, STAGE_NONE)
+        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
         if recv is None:
             return None
     if sendbuf is _IN_PLACE and receiving:
         send = recv
     else:
-        send = message(sendbuf, False, 0, 0, STAGE_NONE)
+        send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
         if send is None or recv is not None and (
                 send.count != recv.count or send.handle != recv.handle or aliased(send, recv)):
             return None
     if send.tcode < 0 or not reducer_defined(opc, send.tcode):
         return None
     cdef uintptr_t raddr = recv.address if recv is not None else 0
+    # (Exscan leaves rank 0's receive buffer as it was: a staged one is
+    # filled first, so that copying it back changes nothing)
+    fills = (send, recv) if which == EXSCAN and send is not recv else (send,)
+    drains = (recv,) if recv is not None else ()
     if which == SCAN or which == EXSCAN:
         return planned(comm, which, send.nbytes, "post_scan",
                        (send.address, raddr, send.count, send.itemsize, opc, send.tcode,
-                        which == EXSCAN), (send, recv))
+                        which == EXSCAN), fills, drains)
     return planned(comm, which, send.nbytes, "post_reduce",
                    (send.address, raddr, send.count, send.itemsize, opc, send.tcode, root),
-                   (send, recv))
+                   fills, drains)
 
 
 cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
@@ -238,12 +269,12 @@ cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
         return None
     cdef int size = comm_size(comm), rank = comm_rank(comm), q
     cdef bint inplace = sendbuf is _IN_PLACE
-    cdef Message recv = message(recvbuf, True, size, 0, STAGE_NONE), send = None
+    cdef Message recv = message(recvbuf, True, size, 0, STAGE_ANY), send = None
     if recv is None:
         return None
     cdef Py_ssize_t block = recv.nbytes
     if not inplace:
-        send = message(sendbuf, False, size if which == ALLTOALL else 0, 0, STAGE_NONE)
+        send = message(sendbuf, False, size if which == ALLTOALL else 0, 0, STAGE_ANY)
         if send is None or send.nbytes != block or aliased(send, recv):
             return None
     recv_addrs = [recv.address + q * block for q in range(size)]
@@ -251,10 +282,12 @@ cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
     if which == ALLGATHER:
         return planned(comm, which, block * size, "post_gather",
                        (recv_addrs[rank] if inplace else send.address, block, recv_addrs,
-                        sizes, -1, block, "Iallgather"), (send, recv))
+                        sizes, -1, block, "Iallgather"),
+                       (recv if inplace else send,), (recv,))
     send_addrs = recv_addrs if inplace else [send.address + q * block for q in range(size)]
     return planned(comm, which, block * size, "post_exchange",
-                   (send_addrs, sizes, recv_addrs, sizes, block, "Ialltoall"), (send, recv))
+                   (send_addrs, sizes, recv_addrs, sizes, block, "Ialltoall"),
+                   (recv if inplace else send,), (recv,))
 
 
 cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvbuf,
@@ -267,10 +300,10 @@ cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvb
         return None
     cdef Message send = None, recv
     if sendbuf is _IN_PLACE:
-        recv = message(recvbuf, True, size, 0, STAGE_NONE)
+        recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
     else:
-        recv = message(recvbuf, True, 0, 0, STAGE_NONE)
-        send = message(sendbuf, False, size, 0, STAGE_NONE) if recv is not None else None
+        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
+        send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
         if send is None or send.count != recv.count or send.handle != recv.handle \
                 or aliased(send, recv):
             return None
@@ -280,7 +313,7 @@ cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvb
     return planned(comm, REDUCE_SCATTER_BLOCK, recv.nbytes * size, "post_reduce_scatter",
                    ([base + d * recv.nbytes for d in range(size)], [recv.count] * size,
                     recv.address, recv.itemsize, opc, recv.tcode, send is None,
-                    "Ireduce_scatter_block"), (send, recv))
+                    "Ireduce_scatter_block"), (recv if send is None else send,), (recv,))
 
 
 # ------------------------------------------------------------ the methods
