@@ -292,6 +292,13 @@ VARIABLES: tuple[Variable, ...] = (
              "epoch's completion) has reached the rank when it leaves; Barrier itself "
              "goes to MPI. `0` drops it, for programs that never rely on that order.",
              agreed=True),      # (a rank with it on makes MPI calls its peers must match)
+    Variable("CXLMPI_NONBLOCKING", _parse_bool, "1",
+             "Nonblocking and persistent collectives (`Iallreduce`, `Allreduce_init`, ...) "
+             "go through the pool under the blocking forms' rules, run by one worker "
+             "thread per communicator's pool while the program computes, behind real MPI "
+             "requests. It needs MPI started with `MPI_THREAD_MULTIPLE` (mpi4py's "
+             "default); elsewhere, or with `0`, they all go to MPI.",
+             agreed=True),
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit. The object "
              "collectives (`comm.bcast`, ...) appear as `bcast(obj)` & co.",
@@ -399,6 +406,7 @@ class Config:
     alloc_threshold: int
     progress: bool
     ordering: bool
+    nonblocking: bool
     stats: bool
     disable: bool
 

@@ -73,6 +73,13 @@ def parse_args() -> argparse.Namespace:
         help="reduce the gradient in buckets of this many MiB (0: one Allreduce)",
     )
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="overlap the gradient reduction with the update, as data-parallel "
+        "frameworks do: one Iallreduce per bucket (2 MiB unless --bucket-mib), all "
+        "posted at once, each bucket updated as soon as its own has completed",
+    )
+    parser.add_argument(
         "--skip-allreduce",
         action="store_true",
         help="a control, not training: skip the gradient Allreduce (the replicas "
@@ -171,6 +178,16 @@ def local_gradient(
     return 0.5 * float(np.sum(err * err))
 
 
+def update(params: np.ndarray, grad: np.ndarray, velocity: np.ndarray, momentum: float,
+           scale: float) -> None:
+    """SGD with momentum, in place: velocity = momentum * velocity + grad;
+    params -= scale * velocity (grad is scratch afterwards)."""
+    velocity *= momentum
+    velocity += grad
+    np.multiply(velocity, scale, out=grad)
+    params -= grad
+
+
 def main() -> None:
     args = parse_args()
     comm = MPI.COMM_WORLD
@@ -193,14 +210,16 @@ def main() -> None:
         print(
             f"# ranks={size} hidden={hidden} params={nparams} "
             f"grad={nparams * 8 / 2**20:.1f}MiB lr={lr:.3g} "
-            f"buckets={len(buckets(nparams, args.bucket_mib, 8))}",
+            f"buckets={len(buckets(nparams, args.bucket_mib or (2.0 if args.overlap else 0), 8))}"
+            f"{' overlapped' if args.overlap else ''}",
             flush=True,
         )
     comm.Bcast(params, root=0)
 
     grad = np.empty_like(params)
     velocity = np.zeros_like(params)
-    grad_buckets = buckets(nparams, args.bucket_mib, grad.itemsize)
+    bucket_mib = args.bucket_mib or (2.0 if args.overlap else 0.0)
+    grad_buckets = buckets(nparams, bucket_mib, grad.itemsize)
     batches_per_epoch = args.samples // args.batch
 
     comm.Barrier()
@@ -215,13 +234,18 @@ def main() -> None:
             y_all[start + lo : start + hi],
             hidden,
         )
-        for sl in grad_buckets if not args.skip_allreduce else ():
-            comm.Allreduce(MPI.IN_PLACE, grad[sl], op=MPI.SUM)
-        # velocity = momentum * velocity + grad / batch;  params -= lr * velocity
-        velocity *= args.momentum
-        velocity += grad
-        np.multiply(velocity, lr / args.batch, out=grad)  # grad is scratch now
-        params -= grad
+        if args.overlap and not args.skip_allreduce:
+            # the backward pass yields the last buckets first: post them in
+            # that order, then update each once its reduction has completed
+            order = grad_buckets[::-1]
+            requests = [comm.Iallreduce(MPI.IN_PLACE, grad[sl], op=MPI.SUM) for sl in order]
+            for sl, request in zip(order, requests):
+                request.Wait()
+                update(params[sl], grad[sl], velocity[sl], args.momentum, lr / args.batch)
+        else:
+            for sl in grad_buckets if not args.skip_allreduce else ():
+                comm.Allreduce(MPI.IN_PLACE, grad[sl], op=MPI.SUM)
+            update(params, grad, velocity, args.momentum, lr / args.batch)
         if (step + 1) % log_every == 0 or step == 0:
             total = comm.allreduce(loss, op=MPI.SUM) / args.batch
             if rank == 0:

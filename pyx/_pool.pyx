@@ -30,8 +30,10 @@ one extension made of one file per concern, each a layer on the one before::
                         publish, close, detach, unlink, after fork
     pool/arenas.pxi     pool-resident memory: arenas, the shared node heap,
                         offsets, PoolBuffer
-    pool/pool.pxi       the Pool class: one entry per collective, tunables,
-                        progress hooks, signatures, inspection
+    pool/pool.pxi       the blocking collectives: one entry per collective,
+                        tunables, progress hooks, signatures, inspection
+    pool/worker.pxi     the Pool class: the nonblocking collectives, posted
+                        (Op) to a worker thread per pool that runs them in order
 
 Each family file ends in one nogil run_<family> (run_barrier, run_bcast,
 run_reduce, run_scan, run_gather, run_exchange, run_reduce_scatter) that
@@ -59,7 +61,7 @@ its name, which the caller distributes.
 """
 
 from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t, intptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.errno cimport errno
 from posix.unistd cimport getpid, close, ftruncate, getuid
 from posix.mman cimport (shm_open, shm_unlink, mmap, munmap, PROT_READ,
@@ -167,3 +169,4 @@ include "pool/reserve.pxi"
 include "pool/segment.pxi"
 include "pool/arenas.pxi"
 include "pool/pool.pxi"
+include "pool/worker.pxi"

@@ -35,6 +35,9 @@ as the pool's algorithms are (pyx/pool/)::
     shim/reduce.pxi     Reduce, Allreduce, Scan and Exscan
     shim/gather.pxi     Allgather(v) and Gather(v)
     shim/exchange.pxi   Scatter(v), Alltoall(v) and Reduce_scatter(_block)
+    shim/nonblocking.pxi  the nonblocking (Iallreduce, ...) and persistent
+                        (Allreduce_init, ...) forms: planned alike on every
+                        rank, posted to the pool's worker thread
 
 and at the end the class CommBase, which binds the methods.
 
@@ -74,7 +77,7 @@ import threading
 
 from mpi4py import MPI
 
-from ._pool import OP_CODES, TYPE_CODES, PoolFailure, pair_hash, reducer_defined
+from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure, pair_hash, reducer_defined
 
 # numpy.ndarray once the program has imported numpy.  cxlmpi never imports
 # numpy itself: a program may configure it (thread counts, say) before its
@@ -120,6 +123,7 @@ include "shim/bcast.pxi"
 include "shim/reduce.pxi"
 include "shim/gather.pxi"
 include "shim/exchange.pxi"
+include "shim/nonblocking.pxi"
 
 
 class CommBase(_Intracomm):
@@ -150,9 +154,34 @@ class CommBase(_Intracomm):
     Alltoallv = Alltoallv
     Reduce_scatter_block = Reduce_scatter_block
     Reduce_scatter = Reduce_scatter
+    Ibarrier = Ibarrier                           # shim/nonblocking.pxi
+    Ibcast = Ibcast
+    Ireduce = Ireduce
+    Iallreduce = Iallreduce
+    Iscan = Iscan
+    Iexscan = Iexscan
+    Iallgather = Iallgather
+    Ialltoall = Ialltoall
+    Ireduce_scatter_block = Ireduce_scatter_block
+    Iallgatherv = Iallgatherv
+    Igather = Igather
+    Igatherv = Igatherv
+    Iscatter = Iscatter
+    Iscatterv = Iscatterv
+    Ialltoallv = Ialltoallv
+    Ireduce_scatter = Ireduce_scatter
+    Barrier_init = Barrier_init
+    Bcast_init = Bcast_init
+    Reduce_init = Reduce_init
+    Allreduce_init = Allreduce_init
+    Scan_init = Scan_init
+    Exscan_init = Exscan_init
+    Allgather_init = Allgather_init
+    Alltoall_init = Alltoall_init
+    Reduce_scatter_block_init = Reduce_scatter_block_init
 
 
 # Named as the methods they are, in reprs, help() and tracebacks.
-for _name in METHODS:
+for _name in METHODS + NONBLOCKING_METHODS:
     getattr(CommBase, _name).__qualname__ = f"CommBase.{_name}"
 del _name

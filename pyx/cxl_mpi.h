@@ -95,6 +95,30 @@ static inline int cxl_mpi_barrier(cxl_h c)
     return CXL_MPI_CALL(CXL_MPI_BARRIER, (int), (void *), (CXL_I(c)), (CXL_P(c)));
 }
 
+/* Completing a generalized request (MPI_Grequest_complete) from the
+ * thread that ran a nonblocking collective in the pool (pyx/pool/
+ * worker.pxi), by its handle; looked up apart from the collectives, so
+ * that a library without it only keeps nonblocking collectives with MPI.
+ * 1 when found. */
+static void *cxl_mpi_greq_complete = NULL;
+
+static int cxl_mpi_resolve_greq(const char *module)
+{
+    static const char *const names[1] = {"MPI_Grequest_complete"};
+    if (!cxl_mpi_lookup(module, names, 1, &cxl_mpi_greq_complete))
+        cxl_mpi_greq_complete = NULL;
+    return cxl_mpi_greq_complete != NULL;
+}
+
+/* (the pool worker's completion callback: its argument is the handle) */
+static void cxl_mpi_complete(intptr_t request)
+{
+    if (cxl_mpi_int)
+        ((int (*)(int))cxl_mpi_greq_complete)(CXL_I(request));
+    else
+        ((int (*)(void *))cxl_mpi_greq_complete)(CXL_P(request));
+}
+
 /* How a rank waits between tests of a request only its peers can complete:
  * spinning first (the peers are usually microseconds behind), then
  * yielding the core for 10 ms (a peer may be queued behind this rank on

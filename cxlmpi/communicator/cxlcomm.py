@@ -26,6 +26,7 @@ from .._pool import Pool
 from ..pools import agree
 from ..pools.state import arena_pool, pool_state
 from . import objects as _objects
+from . import requests as _requests  # noqa: F401  (binds the nonblocking requests)
 
 __all__ = ["CXLComm", "wrap", "predefined"]
 

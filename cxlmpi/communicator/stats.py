@@ -26,17 +26,24 @@ def stats() -> dict[str, dict[str, float]]:
     new size or re-checking a decision; see cxlmpi.select) and
     ``zerocopy_calls`` (pool calls that read or wrote the ranks' own
     buffers in place: pool-resident arrays, no copy through the halves).
+    The nonblocking forms appear as ``"iallreduce"``, ``"ibcast"``, ...:
+    ``pool_calls`` counts the calls posted to the pool (nonblocking ones and
+    each Start of a persistent one), ``passthrough_calls`` those that went
+    to MPI (a persistent one once, at its ``*_init``), ``seconds`` the time
+    cxlmpi's own ``Wait``/``Test`` of their requests waited for the pool's
+    worker (a request completed by ``MPI.Request.Waitall`` waits in MPI).
     The entry ``"coherence"`` counts ``flushed_lines``: cache lines flushed
     or invalidated for software coherence (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts;
     0 in hw mode), and under CXLMPI_COHERENCE=emulate ``emulated``: the
     emulator's ``writebacks``, ``invalidates``, ``evictions`` and
     ``dropped`` lines (cxlmpi._pool.emulation())."""
     from .._pool import emulation, flushed_lines
-    from .._shim import stats_rows
+    from .._shim import nonblocking_rows, stats_rows
     from .objects import figures
 
     rows = dict(stats_rows())
     rows.update((name + OBJECT_SUFFIX, row) for name, row in figures().items())
+    rows.update(("i" + name, row + (0, 0)) for name, row in nonblocking_rows().items())
     out: dict[str, dict[str, float]] = {
         name: {"pool_calls": row[0], "passthrough_calls": row[1],
                "nbytes": row[2], "seconds": row[3],
@@ -53,10 +60,11 @@ def stats() -> dict[str, dict[str, float]]:
 
 def reset() -> None:
     """Forget every count."""
-    from .._shim import stats_reset
+    from .._shim import nonblocking_reset, stats_reset
     from .objects import reset_figures
 
     stats_reset()
+    nonblocking_reset()
     reset_figures()
 
 

@@ -87,6 +87,8 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
     # which must never find this one's (closed) pool.
     if _states.get(comm.handle) is state:
         del _states[comm.handle]
+    if isinstance(state.pool, Pool):
+        state.pool.drain()   # (its nonblocking calls end first, as MPI's would)
     _spare(state)
 
 
@@ -358,6 +360,11 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
             f"ranks {missing} (raise CXLMPI_TIMEOUT if they are just slow)")
     elif exc.revoked:
         err = CXLMPIPoolError(_revoked(exc, name, comm.Get_rank()))
+    elif getattr(exc, "closed", False):
+        err = CXLMPIPoolError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): the communicator's "
+            f"pool closed with this nonblocking call in flight (the process is exiting, "
+            f"or an earlier call on it failed)")
     elif exc.still_s > 0:
         err = CXLMPIPeerError(
             f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): rank {exc.rank} "

@@ -50,6 +50,7 @@ from .operations import (
     describe_mismatch,
     make_buffers,
 )
+from .overlap import run_overlap
 from .report import (
     PATH_MARKERS,
     Progress,
@@ -153,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instead: the cost of adaptive selection's learning -- per size, "
                          "a fresh communicator's first N calls (which learn) against the "
                          "first N of fresh ones pinned to MPI and to the path it chose")
+    ap.add_argument("--overlap", action="store_true",
+                    help="instead: nonblocking collectives with compute between post and "
+                         "wait (OSU's overlap), stock and cxlmpi alternating")
+    ap.add_argument("--overlap-ops", default="Iallreduce,Ibcast", metavar="OPS",
+                    help="the collectives of --overlap, or 'all' (known: "
+                         "Iallreduce, Ibcast, Iallgather, Ialltoall)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -226,6 +233,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise BenchError("--plot needs matplotlib, an optional dependency that is not "
                          "installed (pip install matplotlib, or the [bench] extra)")
 
+    if args.overlap:
+        records = run_overlap(args, sizes)
+        if rank == 0 and args.json:
+            write_json(args.json, records, {"tool": "cxlmpi.bench --overlap",
+                                            "command": ["python", "-m", "cxlmpi.bench",
+                                                        *argv], "ranks": world.Get_size()})
+        return 0
     if args.learning:
         # Learning from nothing: no cache read when a pool is set up, none
         # written when one is freed (a round would start from what the

@@ -69,6 +69,7 @@ DEF ERR_PEER_GONE = -2
 DEF ERR_MISMATCH = -3  # the ranks' calls differ (size, root, op, type, counts)
 DEF ERR_PASSED = -4    # a peer sent this call to MPI: every rank goes there too
 DEF ERR_REVOKED = -5   # the pool's memory was handed to another job (liveness.pxi)
+DEF ERR_CLOSED = -6    # the pool closed with this call queued or running (pool/worker.pxi)
 
 
 class PoolFailure(Exception):
@@ -76,8 +77,9 @@ class PoolFailure(Exception):
     `still_s` > 0: judged by a heartbeat that stood still that long, past
     its lease of `lease_s`), the ranks' calls do not match (`mismatch`;
     rank -1: their blocks), a peer sent the call to MPI, where every rank
-    must follow (`passed`), or the pool's memory is another job's now
-    (`revoked`)."""
+    must follow (`passed`), the pool's memory is another job's now
+    (`revoked`), or the pool closed while the call was in flight in its
+    worker (`closed`: a nonblocking collective never waited for)."""
 
     MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
     PASSED = ERR_PASSED      # ... and of a call a peer sent to MPI
@@ -89,6 +91,7 @@ class PoolFailure(Exception):
         self.mismatch = code == ERR_MISMATCH
         self.passed = code == ERR_PASSED
         self.revoked = code == ERR_REVOKED
+        self.closed = code == ERR_CLOSED
         self.still_s, self.lease_s = still_s, lease_s
 
 
@@ -163,6 +166,7 @@ ctypedef struct state_t:
     uint64_t token
     double still_s
     double lease_s
+    int quit               # the pool is closing: a wait in its worker ends (ERR_CLOSED)
 
 
 DEF ARENA_ALIGN = 2 * 1024 * 1024

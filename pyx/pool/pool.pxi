@@ -5,18 +5,30 @@
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
-cdef class Pool(_Arenas):
-    """One mapped segment and this rank's view of it (one per communicator).
+cdef inline void sign_call(state_t *st, uint64_t kind, int root, int op, int tcode,
+                           uint64_t nbytes, uint64_t pairs, int flags) noexcept nogil:
+    """Count the call about to start and set its signature (Pool._expect;
+    the worker's calls: pool/worker.pxi)."""
+    st.still_s = st.lease_s = 0
+    st.passed_from = st.pool_ops + 1
+    st.ops += 1
+    st.pool_ops = st.ops
+    st.stream = flags & V_STREAM
+    st.took_zc = 0
+    nbytes ^= (<uint64_t>flags & 0xFF) << 56
+    st.sig[0] = ((kind << 48)
+                 | (st.ops & 0xFFFF) << 32
+                 | (<uint64_t>(op + 1) & 0xFF) << 24
+                 | (<uint64_t>(tcode + 1) & 0xFF) << 16
+                 | (<uint64_t>(root + 1) & 0xFFFF))
+    st.sig[1] = nbytes
+    st.sig[2] = pairs
+    st.sig_pending = 1
 
-    Create with `Pool.create(...)` on the group leader, send `locator` to
-    the others, `Pool.attach(locator, ...)` there, then `unlink()` on the
-    leader once every rank has attached.  The segment has no name at all
-    where it can (an O_TMPFILE file on /dev/shm, which the others open
-    through the leader's /proc/PID/fd): a job killed at any moment leaves
-    nothing behind.  Where a rank cannot reach it so (another pid
-    namespace, no /proc), `publish` gives it a name for the others to open
-    by, and `unlink` removes it once all have.
-    """
+
+cdef class _Collectives(_Arenas):
+    """The blocking collectives of a Pool (pool/worker.pxi adds the
+    nonblocking ones): the base of Pool, which see."""
 
     def tune(self, size_t chunk_nbytes, size_t rsag_min_nbytes, size_t zerocopy_min_nbytes):
         """Set the tunables, alike on every rank: the bytes a rank publishes
@@ -161,22 +173,8 @@ cdef class Pool(_Arenas):
         first step, compared by every rank: see check_signatures); the
         variant's `flags` ride in the top byte of the bytes word, so that
         ranks that picked different variants stop with a mismatch."""
-        self.st.still_s = self.st.lease_s = 0
         self._done(OK, what)          # (before this call writes anything)
-        self.st.passed_from = self.st.pool_ops + 1
-        self.st.ops += 1
-        self.st.pool_ops = self.st.ops
-        self.st.stream = flags & V_STREAM
-        self.st.took_zc = 0
-        nbytes ^= (<uint64_t>flags & 0xFF) << 56
-        self.st.sig[0] = ((<uint64_t>kind_code(what) << 48)
-                          | (self.st.ops & 0xFFFF) << 32
-                          | (<uint64_t>(op + 1) & 0xFF) << 24
-                          | (<uint64_t>(tcode + 1) & 0xFF) << 16
-                          | (<uint64_t>(root + 1) & 0xFFFF))
-        self.st.sig[1] = nbytes
-        self.st.sig[2] = pairs
-        self.st.sig_pending = 1
+        sign_call(&self.st, kind_code(what), root, op, tcode, nbytes, pairs, flags)
 
     def set_progress(self, uintptr_t iprobe, uintptr_t comm, int any_source,
                      int any_tag, bint comm_is_int):

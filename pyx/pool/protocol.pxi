@@ -340,6 +340,10 @@ cdef int wait_all(state_t *st) noexcept nogil:
                 else:
                     due = cxl_backoff(&w)
             if due:
+                if st.quit:
+                    st.failed_rank = st.rank
+                    st.failed_code = rc = ERR_CLOSED
+                    break
                 if revoked(st):
                     st.failed_rank = st.rank
                     st.failed_code = rc = ERR_REVOKED

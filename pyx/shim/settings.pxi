@@ -84,10 +84,20 @@ def configure(cfg):
     straight = found and not disabled
     time_all = cfg.stats
     order_timeout_s = cfg.timeout
+    configure_nonblocking(cfg.nonblocking and not disabled)
     configured = True
 
 
 cdef inline int enter(object comm) except -1:
+    """At the start of every intercepted blocking call: `enter_posting`,
+    and the calls posted on `comm`'s pool end first (shim/nonblocking.pxi)."""
+    enter_posting(comm)
+    if _live:
+        settle_posted(comm)
+    return 0
+
+
+cdef inline int enter_posting(object comm) except -1:
     """At the start of every intercepted call: the settings are read on the
     first one, not at import, so that a malformed variable is reported
     where it matters, once; the windows are those of `comm`'s pool."""

@@ -104,6 +104,8 @@ cpdef object pool_of(object comm, int which=-1):
     pool hierarchy does not run that collective.  Raises the error that
     broke the pool, if one did."""
     global _sized_comm
+    if _live:
+        settle_posted(comm)
     state = _states.get(comm.handle)
     if state is None:
         _sized_comm = None

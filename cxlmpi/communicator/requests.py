@@ -1,0 +1,250 @@
+"""The requests of nonblocking and persistent collectives that run in the pool.
+
+A call the pool takes (``comm.Iallreduce(a, b)``, planned by the compiled
+shim: pyx/shim/nonblocking.pxi) is posted to its pool's worker thread and
+returned as a generalized request (``MPI.Grequest``): a real MPI request,
+so ``Wait``, ``Test``, ``MPI.Request.Waitall`` and the rest work on lists
+that mix it with point-to-point and stock requests.  The worker completes
+it (``MPI_Grequest_complete``) once the call has run.  `PoolRequest` adds
+what MPI cannot know: its ``Wait`` sleeps until the worker has run the call
+(instead of spinning in MPI's progress loop, which would take the core the
+worker needs) and raises cxlmpi's own error when the call failed in the
+pool; where MPI completes the request (``Waitall``), a failure surfaces as
+an MPI error whose message cxlmpi prints.
+
+A persistent collective (``comm.Allreduce_init(a, b)``) is planned once:
+`PersistentRequest.Start` posts the same plan each time and takes the
+generalized request's handle, so ``Wait``/``Test``/``Waitall`` see an MPI
+request while it is active and ``MPI_REQUEST_NULL`` (inactive) after.
+Start it with its own ``Start`` or with ``PersistentRequest.Startall``
+(which starts stock persistent requests in the same list too); stock
+``MPI.Prequest.Startall`` cannot start it (MPI would be handed a request it
+did not make).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any
+
+from mpi4py import MPI
+
+from .. import _shim
+from ..errors import CXLMPIMismatchError, CXLMPIPoolError, CXLMPITimeoutError
+
+__all__ = ["PoolRequest", "PersistentRequest"]
+
+
+class _Record:
+    """One posted call: its communicator, plan (which holds the messages'
+    buffers) and Op; kept by the shim until the call has ended."""
+
+    __slots__ = ("comm", "plan", "op", "error", "raised")
+
+    def __init__(self, comm: MPI.Intracomm, plan: Any, op: Any) -> None:
+        self.comm, self.plan, self.op = comm, plan, op
+        self.error: Exception | None = None
+        self.raised = False   # cxlmpi's Wait raised the error itself
+
+    def failure(self) -> Exception | None:
+        """The error the user sees when the call failed in the pool, made
+        once (it closes the communicator's pool, as a blocking call's)."""
+        if self.error is None:
+            exc = self.op.error()
+            if exc is not None:
+                self.error = _shim.posted_failed(self.comm, exc)
+        return self.error
+
+
+def _query(status: MPI.Status, record: _Record) -> None:
+    # An empty status (MPI leaves a collective's source and tag undefined).
+    status.Set_source(MPI.ANY_SOURCE)
+    status.Set_tag(MPI.ANY_TAG)
+    status.Set_error(MPI.SUCCESS)
+    status.Set_elements(MPI.BYTE, 0)
+    status.Set_cancelled(False)
+    exc = record.op.error()
+    if exc is None:
+        _shim.finish(record.plan)   # (staged messages back into the user's)
+    elif not record.raised:
+        # Inside MPI's completion: say what failed, close nothing (the
+        # communicator's next call does, see _shim settle_posted).
+        raise record.error or _error_of(record, exc)
+
+
+def _error_of(record: _Record, exc: Any) -> Exception:
+    """The error of a failed call, without the side effects of closing its
+    pool (which `failure` has)."""
+    comm = record.comm
+    where = f"{exc.what} (rank {comm.Get_rank()} of {comm.Get_size()})"
+    if exc.mismatch:
+        return CXLMPIMismatchError(f"cxlmpi: {where}: the ranks' calls do not match "
+                                   f"(sizes, roots, ops and types must agree, as MPI "
+                                   f"requires)")
+    if exc.timed_out:
+        return CXLMPITimeoutError(f"cxlmpi: {where} timed out in the pool (raise "
+                                  f"CXLMPI_TIMEOUT if its peers are just slow)")
+    return CXLMPIPoolError(f"cxlmpi: {where} failed in the pool (code {exc.code}, rank "
+                           f"{exc.rank}); the communicator's next call says more")
+
+
+def _free(record: _Record) -> None:
+    pass   # (the shim lets the record go once its call has ended)
+
+
+def _cancel(completed: bool, record: _Record) -> None:
+    # MPI: cancelling a nonblocking collective's request is erroneous;
+    # stock MPICH fails it, as does this.
+    raise MPI.Exception(MPI.ERR_REQUEST)
+
+
+def _post(comm: MPI.Intracomm, plan: Any) -> tuple[MPI.Grequest, _Record]:
+    op = _shim.post(plan)
+    record = _Record(comm, plan, op)
+    greq = MPI.Grequest.Start(_query, _free, _cancel, args=(record,))
+    _shim.submit(plan, op, greq)
+    _shim.live(record)
+    return greq, record
+
+
+def _raise_failure(record: _Record, wait: Any, request: MPI.Request) -> None:
+    """Raise cxlmpi's error of a call that failed in the pool, once MPI has
+    completed its request (`wait(request)`, which then raises nothing)."""
+    error = record.failure()
+    if error is None:
+        return
+    record.raised = True
+    wait(request)
+    raise error
+
+
+class PoolRequest(MPI.Grequest):
+    """The request of a nonblocking collective that runs in the pool."""
+
+    __slots__ = ("_record",)
+
+    def _ran(self) -> None:
+        record = getattr(self, "_record", None)
+        if record is None:
+            return
+        t0 = time.perf_counter()
+        record.op.wait()
+        _shim.nb_wait_seconds(record.plan.which, time.perf_counter() - t0)
+        self._record = None
+        _raise_failure(record, MPI.Grequest.Wait, self)
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
+        self._ran()
+        return MPI.Grequest.Wait(self, status)
+
+    def wait(self, status: MPI.Status | None = None) -> Any:
+        self._ran()
+        return MPI.Grequest.wait(self, status)
+
+    def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
+        record = getattr(self, "_record", None)
+        if record is not None and not record.op.done:
+            return False
+        self._ran()
+        return MPI.Grequest.Test(self, status)
+
+    def Free(self) -> None:  # noqa: N802
+        # MPI: freeing a collective's request is erroneous; here the call
+        # ends first (its worker writes into the buffers until then).
+        self._ran()
+        if self != MPI.REQUEST_NULL:
+            MPI.Grequest.Free(self)
+
+
+def start(comm: MPI.Intracomm, plan: Any) -> PoolRequest:
+    """The request of a nonblocking collective that the pool takes."""
+    greq, record = _post(comm, plan)
+    request = PoolRequest(greq)
+    request._record = record
+    return request
+
+
+# Where mpi4py keeps an object's handle: a persistent request takes each
+# Start's generalized request into its own.
+_HANDLE = ctypes.c_int if MPI._sizeof(MPI.Request) == ctypes.sizeof(ctypes.c_int) \
+    else ctypes.c_void_p
+
+
+class PersistentRequest(MPI.Prequest):
+    """A persistent collective that runs in the pool (planned at *_init)."""
+
+    __slots__ = ("_comm", "_plan", "_record", "_freed")
+
+    def _take(self, greq: MPI.Grequest) -> None:
+        _HANDLE.from_address(MPI._addressof(self)).value = \
+            _HANDLE.from_address(MPI._addressof(greq)).value
+
+    def Start(self) -> None:  # noqa: N802
+        if self._freed or self != MPI.REQUEST_NULL:
+            raise MPI.Exception(MPI.ERR_REQUEST)   # (freed, or still active)
+        if self._record is not None:
+            self._record.op.wait()   # (completed by MPI: its worker is ending it)
+        state = _shim.states.get(self._comm.handle)
+        if state is None or state is not self._plan.state or state.pool is None:
+            raise MPI.Exception(MPI.ERR_COMM)   # (its communicator was freed)
+        if state.error is not None:
+            raise state.error
+        greq, self._record = _post(self._comm, self._plan)
+        self._take(greq)
+
+    @staticmethod
+    def Startall(requests: list[MPI.Prequest]) -> None:  # noqa: N802
+        """Start every request of the list: these in the pool, the others
+        (stock persistent requests) through MPI."""
+        stock = [r for r in requests if not isinstance(r, PersistentRequest)]
+        for r in requests:
+            if isinstance(r, PersistentRequest):
+                r.Start()
+        if stock:
+            MPI.Prequest.Startall(stock)
+
+    def _ran(self) -> None:
+        record = self._record
+        if record is None:
+            return
+        t0 = time.perf_counter()
+        record.op.wait()
+        _shim.nb_wait_seconds(record.plan.which, time.perf_counter() - t0)
+        self._record = None
+        _raise_failure(record, MPI.Prequest.Wait, self)
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
+        self._ran()
+        return MPI.Prequest.Wait(self, status)
+
+    def wait(self, status: MPI.Status | None = None) -> Any:
+        self._ran()
+        return MPI.Prequest.wait(self, status)
+
+    def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
+        if self._record is not None and not self._record.op.done:
+            return False
+        self._ran()
+        return MPI.Prequest.Test(self, status)
+
+    def Free(self) -> None:  # noqa: N802
+        """Free the request (once inactive, as MPI requires)."""
+        if self._record is not None and not self._record.op.done \
+                and self != MPI.REQUEST_NULL:
+            raise MPI.Exception(MPI.ERR_REQUEST)   # (still active)
+        self._ran()
+        if self != MPI.REQUEST_NULL:   # (completed, not yet waited for)
+            MPI.Prequest.Wait(self)
+        self._freed = True
+        self._plan = None
+
+
+def persistent(comm: MPI.Intracomm, plan: Any) -> PersistentRequest:
+    """The request of a persistent collective that the pool takes."""
+    request = PersistentRequest()
+    request._comm, request._plan, request._record, request._freed = comm, plan, None, False
+    return request
+
+
+_shim.bind_requests(start, persistent)

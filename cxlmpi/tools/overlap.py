@@ -1,0 +1,124 @@
+"""``python -m cxlmpi.bench --overlap``: nonblocking collectives with
+compute between post and wait, the OSU way (osu_iallreduce, osu_ibcast).
+
+Per collective and size, stock and cxlmpi alternating (median of the
+rounds): the pure time of a call posted and waited for at once, the
+compute time (a loop that makes no MPI call, calibrated to the pure time
+of the same communicator), the time of post + compute + wait, and
+OSU's overlap: 100 x (1 - (total - compute) / pure), floored at 0.  The
+speedup is stock's total over cxlmpi's: what a program that hides the
+collective behind that much compute sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+import cxlmpi
+
+from .operations import allocate, fill_pattern
+from .report import Progress, format_size
+
+__all__ = ["OVERLAP_OPS", "run_overlap"]
+
+#: The nonblocking collectives measured: name -> (post(comm, send, recv), element
+#: count of (send, recv) for a message of n elements on p ranks).
+OVERLAP_OPS: dict[str, Any] = {
+    "Iallreduce": (lambda c, s, r: c.Iallreduce(s, r), lambda n, p: (n, n)),
+    "Ibcast": (lambda c, s, r: c.Ibcast(s, 0), lambda n, p: (n, 0)),
+    "Iallgather": (lambda c, s, r: c.Iallgather(s, r), lambda n, p: (n, n * p)),
+    "Ialltoall": (lambda c, s, r: c.Ialltoall(s, r), lambda n, p: (n * p, n * p)),
+}
+
+
+def _compute(seconds: float, work: np.ndarray) -> None:
+    """Busy for `seconds` without calling MPI (small NumPy steps)."""
+    end = perf_counter() + seconds
+    while perf_counter() < end:
+        work *= 1.0000001
+
+
+def _batch(comm: MPI.Intracomm, post: Any, send: Any, recv: Any, iterations: int,
+           compute_s: float, work: np.ndarray) -> float:
+    """Seconds per iteration of post, compute, wait (the slowest rank's)."""
+    comm.Barrier()
+    t0 = perf_counter()
+    for _ in range(iterations):
+        request = post(comm, send, recv)
+        if compute_s:
+            _compute(compute_s, work)
+        request.Wait()
+    return comm.allreduce(perf_counter() - t0, op=MPI.MAX) / iterations
+
+
+def _measure(comm: MPI.Intracomm, name: str, n: int, kind: str, iterations: int,
+             warmup: int) -> dict[str, float]:
+    post, counts = OVERLAP_OPS[name]
+    nsend, nrecv = counts(n, comm.Get_size())
+    send = allocate(kind, nsend, np.float64, comm)
+    recv = allocate(kind, nrecv, np.float64, comm) if nrecv else None
+    fill_pattern(send, comm.Get_rank())
+    work = np.ones(64)
+    _batch(comm, post, send, recv, warmup, 0.0, work)
+    pure = _batch(comm, post, send, recv, iterations, 0.0, work)
+    compute = comm.bcast(pure, root=0)
+    comm.Barrier()
+    t0 = perf_counter()
+    for _ in range(iterations):
+        _compute(compute, work)
+    compute = comm.allreduce(perf_counter() - t0, op=MPI.MAX) / iterations
+    total = _batch(comm, post, send, recv, iterations, compute, work)
+    overlap = max(0.0, 100.0 * (1.0 - (total - compute) / pure)) if pure > 0 else 0.0
+    return {"pure_us": pure * 1e6, "compute_us": compute * 1e6, "total_us": total * 1e6,
+            "overlap_pct": overlap}
+
+
+def run_overlap(args: argparse.Namespace, sizes: list[int]) -> list[dict[str, Any]]:
+    """The records of --overlap (rank 0 prints the table)."""
+    world = MPI.COMM_WORLD
+    wrapped = cxlmpi.wrap(MPI.Intracomm(world).Dup())
+    stock = MPI.Intracomm(wrapped)
+    wrapped.Allreduce(np.zeros(1 << 16), np.zeros(1 << 16))   # (the pool set up)
+    names = [n for n in OVERLAP_OPS if n.lower() in args.overlap_ops.lower().split(",")] \
+        if args.overlap_ops != "all" else list(OVERLAP_OPS)
+    iterations = args.iterations or 50
+    warmup = 10 if args.warmup is None else args.warmup
+    progress = Progress(len(names) * len(sizes), enabled=world.Get_rank() == 0 and
+                        not args.quiet)
+    records = []
+    for name in names:
+        for size in sizes:
+            progress.step(f"{name} {format_size(size)}")
+            n = max(1, size // 8)
+            rounds: dict[str, list[dict[str, float]]] = {"stock": [], "cxlmpi": []}
+            for _ in range(args.rounds):
+                rounds["stock"].append(_measure(stock, name, n, "private", iterations,
+                                                warmup))
+                rounds["cxlmpi"].append(_measure(wrapped, name, n, args.buffers, iterations,
+                                                 warmup))
+            record: dict[str, Any] = {"op": name, "size": n * 8}
+            for who, rows in rounds.items():
+                for key in rows[0]:
+                    record[f"{who}_{key}"] = statistics.median(r[key] for r in rows)
+            record["speedup"] = record["stock_total_us"] / record["cxlmpi_total_us"]
+            records.append(record)
+    progress.close()
+    wrapped.Free()
+    if world.Get_rank() == 0:
+        print(f"{'collective':<12} {'size':>8} {'stock pure':>11} {'cxl pure':>9} "
+              f"{'stock ovl%':>10} {'cxl ovl%':>9} {'stock total':>12} {'cxl total':>10} "
+              f"{'speedup':>8}")
+        for r in records:
+            print(f"{r['op']:<12} {format_size(r['size']):>8} {r['stock_pure_us']:>9.1f}us "
+                  f"{r['cxlmpi_pure_us']:>7.1f}us {r['stock_overlap_pct']:>9.0f}% "
+                  f"{r['cxlmpi_overlap_pct']:>8.0f}% {r['stock_total_us']:>10.1f}us "
+                  f"{r['cxlmpi_total_us']:>8.1f}us {r['speedup']:>7.2f}x")
+        print(f"# {world.Get_size()} ranks; cxlmpi {args.buffers} buffers, stock private; "
+              f"median of {args.rounds} round(s), {iterations} iterations each", flush=True)
+    return records

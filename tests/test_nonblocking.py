@@ -1,0 +1,97 @@
+"""Nonblocking and persistent collectives through the pool (issue: overlap).
+
+Each test runs tests/scripts/nonblocking.py as a whole MPI job: every value
+is compared with what stock MPI gives on the same data, and the job counts
+the calls the pool took, so that a run in which the pool took none (every
+call passed to MPI: nothing tested) fails where it must not.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import run_mpi
+
+SCRIPT = "tests/scripts/nonblocking.py"
+POOL = {"CXLMPI_TUNING": "pool", "CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}
+
+
+def result(env: dict[str, str], nranks: int, scenario: str, *args: str) -> dict:
+    proc = run_mpi(nranks, [SCRIPT, scenario, *args], env=env, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    return json.loads(lines[0][len("RESULT "):])
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("scenario", ["each", "forms", "inflight", "persistent", "progress",
+                                      "free"])
+def test_posted_collectives_equal_stock(scenario: str, nranks: int) -> None:
+    """Every nonblocking and persistent form the pool serves gives stock's
+    values (in place, several sizes and roots; many calls in flight on one
+    communicator with point-to-point and stock requests in the same
+    Waitall, Waitany or Testall; persistent requests started many times,
+    Startall over lists mixed with stock persistent requests; calls that
+    progress while their ranks compute; a communicator freed with calls in
+    flight), and the pool took them (before it, all went to MPI: posted 0)."""
+    out = result(POOL, nranks, scenario)
+    assert out["ok"], out["problems"]
+    assert out["posted"] > 0, out
+
+
+def test_adaptive_selection_posts_too() -> None:
+    """Under the default adaptive selection the posted calls follow the
+    classes' settled paths (an unsettled class: the pool) and still agree
+    with stock."""
+    out = result({"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}, 2, "each")
+    assert out["ok"], out["problems"]
+    assert out["posted"] > 0, out
+
+
+@pytest.mark.parametrize("env", [{"MPI4PY_RC_THREAD_LEVEL": "serialized"},
+                                 {"CXLMPI_NONBLOCKING": "0"}],
+                         ids=["serialized", "off"])
+def test_without_a_worker_every_call_goes_to_mpi(env: dict[str, str]) -> None:
+    """Where MPI was started below MPI_THREAD_MULTIPLE (the worker thread
+    could not complete requests) or with CXLMPI_NONBLOCKING=0, every
+    posted call passes to MPI, with stock's values."""
+    out = result({**POOL, **env}, 2, "each")
+    assert out["ok"], out["problems"]
+    assert out["posted"] == 0 and out["passed"] > 0, out
+
+
+@pytest.mark.parametrize("nranks, how", [(2, "wait"), (3, "wait"), (2, "waitall")])
+def test_mismatched_posted_calls_raise_on_every_rank(nranks: int, how: str) -> None:
+    """Rank 0 posts an Iallreduce, the others an Ibcast of the same bytes:
+    every rank's Wait (or MPI's Waitall) raises; none hangs."""
+    out = result(POOL, nranks, "mismatch", how)
+    assert out["ok"], out["problems"]
+
+
+@pytest.mark.parametrize("nranks", [1, 4])
+def test_one_and_four_ranks(nranks: int) -> None:
+    """The same on one rank (the pool of one) and on four (oversubscribed)."""
+    out = result(POOL, nranks, "each")
+    assert out["ok"], out["problems"]
+
+
+def test_a_persistent_collective_started_many_times() -> None:
+    """300 starts of each persistent request, data changing, against stock."""
+    out = result(POOL, 2, "persistent", "300")
+    assert out["ok"], out["problems"]
+
+
+def test_a_call_no_peer_posts_times_out() -> None:
+    """Only rank 0 posts an Iallreduce: its Wait raises a timeout error
+    (CXLMPI_TIMEOUT), as a blocking call's would, instead of hanging."""
+    out = result({**POOL, "CXLMPI_TIMEOUT": "3"}, 2, "timeout")
+    assert out["ok"], out["problems"]
+
+
+def test_posted_calls_run_the_variant_their_class_settled_on() -> None:
+    """A class settled on a pool variant (pinned here, every variant in
+    turn) posts its calls with that variant, and they agree with stock."""
+    out = result({"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}, 2, "variants")
+    assert out["ok"], out["problems"]
+    assert out["posted"] > 0, out
