@@ -224,9 +224,11 @@ def summary(run: Run) -> str:
     return text + "."
 
 
-def generate(plots: bool = True) -> str:
-    """Write the page's generated part (and its figures) and return it."""
-    OUT.mkdir(exist_ok=True)
+def generate(plots: bool = True, write: bool = True) -> str:
+    """The page's generated part: written to PAGE (with its figures) unless
+    `write` is false."""
+    if write:
+        OUT.mkdir(exist_ok=True)
     parts = []
     for run in load():
         title = f"{run.name}" + (" (control)" if run.is_control and not run.control else "")
@@ -236,7 +238,8 @@ def generate(plots: bool = True) -> str:
         parts += ["```", "", summary(run), ""]
         image = f"perf-{run.path.parent.name}-{run.path.stem}.png"
         if plots:
-            plot(run, OUT / image)
+            if write:
+                plot(run, OUT / image)
             parts += [f"```{{figure}} /_generated/{image}", f":alt: speedup per collective "
                       f"and size, {run.name}", "", f"{run.name}: {describe(run)}.", "```", ""]
         parts += ["Each cell: cxlmpi's speedup (stock time / cxlmpi time, median of the "
@@ -246,7 +249,8 @@ def generate(plots: bool = True) -> str:
     if not parts:
         parts = ["No results files are committed yet (results/*/*.json).", ""]
     text = "\n".join(parts)
-    PAGE.write_text(text)
+    if write:
+        PAGE.write_text(text)
     return text
 
 
