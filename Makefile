@@ -1,6 +1,7 @@
 # cxlmpi: the two front-door commands are `make demo` and `make test`.
 # Both set up everything they need on a fresh machine (a virtual environment
-# with mpi4py, the MPICH wheel, numpy and Cython; the extensions built).
+# with mpi4py, the MPICH wheel, numpy, Cython and the documentation tools;
+# the extensions built).  `make docs` builds the documentation site.
 
 PYTHON ?= python3
 VENV ?= .venv
