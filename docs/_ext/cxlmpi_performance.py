@@ -123,6 +123,10 @@ def round_speedups(record: dict[str, Any]) -> list[float]:
                                   record.get("rounds_cxlmpi_avg_us", [])) if c > 0]
 
 
+#: How the table marks calls that did not all take the pool (as the figure does).
+PATH_MARKS = {"mpi": " ✕", "mixed": " ◆"}
+
+
 def table(run: Run) -> str:
     """Collectives down, sizes across; each cell: cxlmpi's speedup, and the
     control's in parentheses."""
@@ -139,11 +143,9 @@ def table(run: Run) -> str:
                 cells.append("")
                 continue
             control = theirs.get((op, size))
-            cell = f"{record['speedup']:.2f}x"
-            if record.get("path") not in (None, "pool"):
-                cell += f" ({record['path']})" if record.get("path") != "mpi" else " ᴹ"
+            cell = f"{record['speedup']:.2f}x" + PATH_MARKS.get(record.get("path"), "")
             if control is not None:
-                cell += f" · {control['speedup']:.2f}x"
+                cell += f" / {control['speedup']:.2f}x"
             cells.append(cell)
         cells += [""] * (len(sizes) - len(cells))
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
@@ -243,8 +245,8 @@ def generate(plots: bool = True, write: bool = True) -> str:
             parts += [f"```{{figure}} /_generated/{image}", f":alt: speedup per collective "
                       f"and size, {run.name}", "", f"{run.name}: {describe(run)}.", "```", ""]
         parts += ["Each cell: cxlmpi's speedup (stock time / cxlmpi time, median of the "
-                  "rounds; ᴹ: the calls went to MPI, `mixed`: some did)"
-                  + (", then after · the control's." if run.control else "."), "",
+                  "rounds; ✕: the calls went to MPI, ◆: some did)"
+                  + (" / the control's." if run.control else "."), "",
                   table(run), ""]
     if not parts:
         parts = ["No results files are committed yet (results/*/*.json).", ""]
