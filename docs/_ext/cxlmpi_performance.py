@@ -196,7 +196,7 @@ def plot(run: Run, path: Path) -> None:
         else:
             ax.set_xticks(xs[::max(1, len(xs) // 4)],
                           [size_label(x) for x in xs[::max(1, len(xs) // 4)]], fontsize=7)
-        ticks = [t for t in (0.25, 0.5, 1, 2, 5, 10, 20, 50) if low <= t <= high]
+        ticks = [t for t in (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50) if low <= t <= high]
         ax.set_yticks(ticks, [f"{t:g}x" for t in ticks], fontsize=7)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for ax in list(axes.flat)[len(ops):]:
