@@ -1,6 +1,7 @@
 # cxlmpi: the two front-door commands are `make demo` and `make test`.
 # Both set up everything they need on a fresh machine (a virtual environment
-# with mpi4py, the MPICH wheel, numpy and Cython; the extensions built).
+# with mpi4py, the MPICH wheel, numpy, Cython and the documentation tools;
+# the extensions built).  `make docs` builds the documentation site.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -18,14 +19,14 @@ OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	CXLMPI_TEST_OPENMPI=1
 SOURCES := $(wildcard cxlmpi/*.py cxlmpi/*/*.py cxlmpi/*.json pyx/*.pyx pyx/*.pxd pyx/*.pxi pyx/pool/*.pxi pyx/shim/*.pxi pyx/*.h) setup.py pyproject.toml
 
-.PHONY: all demo test test-mpich test-openmpi lint bench multihost tune info clean
+.PHONY: all demo test test-mpich test-openmpi lint docs bench multihost tune info clean
 
 all: $(VENV)/.built
 
 $(VENV)/.built: $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(EDITABLE) '.[mpich,test]'
+	$(PY) -m pip install -q $(EDITABLE) '.[mpich,test,docs]'
 	touch $@
 
 $(VENV_OMPI)/.built: $(SOURCES)
@@ -58,6 +59,13 @@ lint: $(VENV)/.built
 	$(VENV)/bin/ruff check .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cython-lint pyx/*.pyx pyx/*.pxd pyx/*.pxi pyx/pool/*.pxi pyx/shim/*.pxi
 
+# The documentation site (docs/, Sphinx + MyST): its references generated
+# from the code, its performance page from results/. Warnings and broken
+# cross-references fail the build; nothing is fetched from the network.
+docs: $(VENV)/.built
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -E -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 bench: $(VENV)/.built
 	$(VENV)/bin/mpiexec -bind-to core -n $(NP) $(PY) -m cxlmpi.bench --ops all --sizes 8,64K,1M,16M --validate
 
@@ -88,4 +96,4 @@ info: $(VENV)/.built
 	$(PY) -m cxlmpi --info
 
 clean:
-	rm -rf build $(VENV) $(VENV_OMPI) cxlmpi/*.so pyx/*.c *.egg-info
+	rm -rf build $(VENV) $(VENV_OMPI) cxlmpi/*.so pyx/*.c *.egg-info docs/_build docs/_generated

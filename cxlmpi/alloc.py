@@ -1,4 +1,4 @@
-"""``cxlmpi.alloc``: the NumPy allocation hook under the name the README
+"""``cxlmpi.alloc``: the NumPy allocation hook under the name the docs
 gives it (``cxlmpi.alloc.enable()``, ``.stats()``); the hook itself is
 :mod:`cxlmpi.resident.alloc`."""
 

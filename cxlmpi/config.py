@@ -124,8 +124,8 @@ class Variable:
     deadlock).  `agreed` has no default: every setting says it
     deliberately.  `doc` is one paragraph, Markdown (`code`, *see also*):
     its first sentence is the summary that the command line's usage text
-    shows; the README's settings table and --info print all of it
-    (cxlmpi.reports.info)."""
+    shows; the settings reference (docs/reference/settings.md) and --info
+    print all of it (cxlmpi.reports.info)."""
 
     name: str
     parse: Callable[[str], Any]
@@ -157,14 +157,14 @@ VARIABLES: tuple[Variable, ...] = (
              "bound to NUMA node *N* (a CXL expander in system-ram mode is a CPU-less "
              "node); `file:PATH`: a file on tmpfs, hugetlbfs or an fsdax mount, "
              "partitioned between jobs; `dax:/dev/daxX.Y`: a devdax device, partitioned "
-             "between jobs. See *CXL memory*.",
+             "between jobs. See *Use a CXL device* in the docs.",
              agreed=True),
     Variable("CXLMPI_POOL_GROUP", str, "",
              "A `file:` or `dax:` pool shared by the users of this group (name or gid). "
              "The file or device must belong to the group, and nobody outside it may read "
              "or write it; files cxlmpi creates are then mode 0660 in that group. Unset: "
              "pool memory is its owner's alone (0600). A rank that cannot open the pool "
-             "fails the set-up on every rank. See *Who may use pool memory*.",
+             "fails the set-up on every rank. See *The safety model* in the docs.",
              agreed=False),
     Variable("CXLMPI_HEARTBEAT", _parse_seconds, "0.1",
              "Seconds between a process's heartbeats. These are counters in its control "
@@ -214,8 +214,8 @@ VARIABLES: tuple[Variable, ...] = (
              "Which path each call takes: `adaptive`, `builtin`, `pool` or a tuning file. "
              "`adaptive`: each communicator measures stock MPI and the pool's variants on "
              "its first calls of each collective, size class and buffer placement, keeps "
-             "the fastest and re-checks it now and then (see `CXLMPI_CACHE` and *Choosing "
-             "the path*). The others pin the choice: `builtin` (the table of sizes shipped "
+             "the fastest and re-checks it now and then (see `CXLMPI_CACHE` and *Path "
+             "selection*). The others pin the choice: `builtin` (the table of sizes shipped "
              "as `cxlmpi/builtin-tuning.json`), `pool` (every size ≥ `CXLMPI_THRESHOLD`: "
              "for tests), or the path of a JSON file `{\"allgather\": [lo, hi], "
              "\"gather\": null, ...}` (bytes, `null` = no bound; a collective mapped to "
@@ -247,7 +247,7 @@ VARIABLES: tuple[Variable, ...] = (
              "whose ranks MPI sees on more than one host (its communicator spans several "
              "`COMM_TYPE_SHARED` groups), `hw` otherwise (`hw` across hosts only when set "
              "explicitly); `emulate`: `sw` on memory made to behave like caches without "
-             "coherence, to test the protocol on one host (see *Software coherence*).",
+             "coherence, to test the protocol on one host (see *Coherence* in the docs).",
              agreed=True),
     Variable("CXLMPI_EMULATE_SEED", _parse_seed, "0",
              "With `CXLMPI_COHERENCE=emulate`: the seed of the emulated caches' random "
@@ -283,7 +283,7 @@ VARIABLES: tuple[Variable, ...] = (
              "While a rank waits in the pool it calls MPI progress now and then, so that a "
              "peer waiting on it in MPI (RMA, a large send, a nonblocking collective) is "
              "served. `0` turns that off, only to measure its cost: a program can then "
-             "hang (see *MPI progress while a rank waits in the pool*).",
+             "hang (see *Architecture and protocol* in the docs).",
              agreed=True),      # (a rank with it on sets a helper communicator up)
     Variable("CXLMPI_ORDERING", _parse_bool, "1",
              "A pool collective orders the rank's earlier MPI traffic as stock MPI's own "
@@ -501,7 +501,7 @@ def _read_tuning(path: str) -> dict[str, Any]:
 
 # The built-in windows: a tuning file shipped with the package, read like
 # any CXLMPI_TUNING file.  Measured with python -m cxlmpi.bench at 2 ranks
-# (README, Performance): where MPI's own single-copy (kernel-assisted)
+# on the first development machine: where MPI's own single-copy (kernel-assisted)
 # transfers beat copying through the pool for private buffers, the
 # collective stays with MPI.  [lo, hi]: bytes, null = CXLMPI_THRESHOLD / no
 # upper bound; null: never through the pool.

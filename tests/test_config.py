@@ -122,11 +122,12 @@ def test_settings_and_internal_names_are_known() -> None:
 
 def test_every_name_the_project_reads_is_known() -> None:
     """Every CXLMPI_* name in the code (Python, Cython, C), tools, tests,
-    Makefile and README is a setting described in config.VARIABLES or
+    Makefile, README and docs is a setting described in config.VARIABLES or
     deliberately listed, with its description, in config.INTERNAL: none
     would warn, and none is read without a description."""
     root = Path(__file__).resolve().parent.parent
     files = [root / "Makefile", root / "setup.py", root / "README.md",
+             *(root / "docs").rglob("*.md"),
              *(path for pattern in ("cxlmpi/**/*.py", "pyx/**/*.pyx", "pyx/**/*.pxi",
                                     "pyx/**/*.pxd", "pyx/**/*.h", "tools/**/*.py",
                                     "tools/*.sh", "examples/**/*.py", "tests/**/*.py")

@@ -16,7 +16,7 @@ COMPILED = {"_shim", "_pool", "_alloc"}
 PY_SOURCES = sorted(PACKAGE.rglob("*.py"))
 SOURCES = [*PY_SOURCES, ROOT / "pyx" / "_shim.pyx", ROOT / "pyx" / "_alloc.pyx",
            ROOT / "pyx" / "_pool.pyx", *(ROOT / "pyx").glob("*/*.pxi")]
-# The layers, top to bottom (the README's "How it works" draws them): a
+# The layers, top to bottom (docs/explanation/architecture.md draws them): a
 # module may import from its own layer and the layers below it, never from
 # one above.  An entry names a module or a package (then every module in
 # it).  The order is the order of imports, which is the order of calls

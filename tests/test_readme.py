@@ -1,68 +1,82 @@
-"""The README says what the code says: its tables of settings and of the
-command line's options are what `python -m cxlmpi --info --markdown`
-generates from cxlmpi.config.VARIABLES and cxlmpi.launch.command_line.OPTIONS
-(regenerated, never edited), its "How it works" map names the files there
-are (written by hand for readers; this test keeps it from drifting)."""
+"""The README stays what issue 41 made it: short, a door into the docs, no
+lab notebook. It is at most 250 lines, its links lead to files that exist,
+it tells no history ("at <commit>": that is CHANGELOG.md's), it states no
+speedup that the generated performance page does not show, and its Python
+examples -- and the docs' -- run as they are written.
+
+(The generated tables of settings and options, and the map of the code,
+moved to the docs reference with their tests: tests/test_docs.py.)"""
 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
-from harness import ROOT, mpi_env
+import pytest
+from harness import ROOT, run_mpi
 
-from cxlmpi.reports import info
-
-_MARKED = re.compile(r"^<!-- (\w+): python -m cxlmpi --info --markdown .*?^<!-- end of \1 -->$",
-                     re.M | re.S)
-
-
-def test_generated_tables_are_what_the_generator_prints() -> None:
-    """Each generated table appears once in the README, as generated: a
-    setting or option added, changed or removed without regenerating the
-    README fails here (replace the README's block, markers included, with
-    what `python -m cxlmpi --info --markdown` prints)."""
-    readme = (ROOT / "README.md").read_text()
-    in_readme = {m.group(1): m.group(0) for m in _MARKED.finditer(readme)}
-    generated = {m.group(1): m.group(0) for m in _MARKED.finditer(info.markdown())}
-    assert sorted(generated) == ["options", "settings"]
-    assert len(_MARKED.findall(readme)) == len(in_readme) == len(generated)
-    for name, block in generated.items():
-        assert in_readme[name] == block, f"regenerate the README's {name} table"
+README = ROOT / "README.md"
+MAX_LINES = 250
 
 
-def test_the_generator_is_the_command_line() -> None:
-    env = {var: value for var, value in mpi_env().items() if not var.startswith("CXLMPI_")}
-    proc = subprocess.run([sys.executable, "-m", "cxlmpi", "--info", "--markdown"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == info.markdown() + "\n"
+def test_readme_is_short() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"the README has {len(lines)} lines: move detail to docs/"
 
 
-SOURCE_PATTERNS = ("cxlmpi/**/*.py", "cxlmpi/*.json", "pyx/**/*.pyx", "pyx/**/*.pxd",
-                   "pyx/**/*.pxi", "pyx/**/*.h", "tools/*.py")
+def test_readme_links_lead_to_files() -> None:
+    """Every relative link of the README names a file of the clone (an
+    anchor after it is the docs build's to check)."""
+    links = re.findall(r"\]\(([^)\s]+)\)", README.read_text())
+    local = [link.split("#", 1)[0] for link in links if "://" not in link]
+    assert local, "the README links into the docs"
+    missing = [link for link in local if link and not (ROOT / link).exists()]
+    assert missing == []
 
 
-def _map_names() -> set[str]:
-    """The file names in the README's "How it works" map, brace groups
-    (pyx/pool/{bcast,reduce,...}.pxi, cxl_alloc.{h,pxd}) spelt out."""
-    readme = (ROOT / "README.md").read_text()
-    lines = readme.split("\n## How it works\n", 1)[1].split("```\n", 2)[1].splitlines()
-    # The files column starts where the first row's first path does.
-    column = lines[0].index("cxlmpi/")
-    block = " ".join(line[column:] for line in lines)
-    block = re.sub(r"([\w.-]*)\{([^}]*)\}([\w.]*)",
-                   lambda m: " ".join(m.group(1) + name.strip() + m.group(3)
-                                      for name in m.group(2).split(",")), block)
-    return {name for name in re.findall(r"[\w.-]+", block)
-            if re.search(r"\.(py|pyx|pxd|pxi|h|json)$", name)}
+def test_readme_tells_no_history() -> None:
+    """No "at <commit>" passages: what changed when is CHANGELOG.md's."""
+    text = README.read_text()
+    assert re.findall(r"\bat [0-9a-f]{7,40}\b", text) == []
 
 
-def test_how_it_works_map_matches_the_files() -> None:
-    """Every source file appears in the README's map of the code (by name),
-    and every file the map names exists."""
-    files = {path.name for pattern in SOURCE_PATTERNS for path in ROOT.glob(pattern)}
-    named = _map_names()
-    assert sorted(files - named) == [], "files the map does not name"
-    assert sorted(named - files) == [], "names in the map that are no file"
+def test_readme_figures_are_on_the_performance_page() -> None:
+    """A speedup the README states ("1.23x") is one the generated
+    performance page shows: figures come from results files, not prose."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        import cxlmpi_performance
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+    page = cxlmpi_performance.generate(plots=False, write=False)
+    figures = set(re.findall(r"\b\d+\.\d+x\b", README.read_text()))
+    assert sorted(f for f in figures if f not in page) == []
+
+
+def _programs() -> list[tuple[str, str]]:
+    """(where, code) of every complete Python program in the README and the
+    docs: a ```python block whose first line imports (a fragment, such as
+    one that continues an example above it, starts otherwise)."""
+    out = []
+    for path in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
+        if "_build" in path.parts or "_generated" in path.parts:
+            continue
+        for i, code in enumerate(re.findall(r"^```python\n(.*?)^```", path.read_text(),
+                                            re.M | re.S)):
+            if re.match(r"(import|from) ", code):
+                out.append((f"{path.relative_to(ROOT)}#{i + 1}", code))
+    return out
+
+
+def test_there_are_programs_to_run() -> None:
+    where = [w for w, _ in _programs()]
+    assert sum(w.startswith("README.md") for w in where) >= 2, where
+
+
+@pytest.mark.parametrize("where,code", _programs(), ids=[w for w, _ in _programs()])
+def test_example_program_runs(where: str, code: str, tmp_path) -> None:
+    """The example runs on 2 ranks as a reader would run it (its own
+    asserts are its checks)."""
+    program = tmp_path / "example.py"
+    program.write_text(code)
+    run_mpi(2, [str(program)], env={"CXLMPI_CACHE": "off"}, timeout=120)

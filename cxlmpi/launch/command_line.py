@@ -80,7 +80,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--pool-groups",), setting="CXLMPI_POOL_GROUPS", metavar="G"),
     Option(("--info",), command="info", word="--markdown",
            help="print version, MPI library, settings and exit (--markdown: the "
-                "README's tables of settings and options)"),
+                "reference's tables of settings and options)"),
     Option(("--pool-status",), command="status",
            help="print the partition table of a pool file or device"),
     Option(("--pool-reset",), command="reset", word="all",

@@ -330,7 +330,7 @@ class Hierarchy:
         there (PoolFailure `passed`) -- its group's other ranks at once,
         having told the leaders, since that group cannot meet in its pool
         again for this call.  Only a leader that sent the call to MPI
-        cannot tell the others (Limits in the README)."""
+        cannot tell the others (Limits in the README; docs: Pools that span hosts)."""
         self._count()
         most, most2 = extra, extra2
         failure = None

@@ -1,3 +1,3 @@
-"""What ``python -m cxlmpi`` reports: ``--info`` (and the README's tables of
+"""What ``python -m cxlmpi`` reports: ``--info`` (and the reference's tables of
 settings and options, `info`) and ``--pool-status`` / ``--pool-reset`` (a
 pool file's or device's partition table, `admin`)."""

@@ -1,7 +1,7 @@
 """``python -m cxlmpi --info``: version, MPI library, the pool, CPU features,
 every CXLMPI_* variable and which collectives take the pool; ``--info
---markdown``: the README's tables of settings and options, generated from
-cxlmpi.config.VARIABLES and cxlmpi.launch.command_line.OPTIONS."""
+--markdown``: the reference's tables of settings and options (docs/reference/),
+generated from cxlmpi.config.VARIABLES and cxlmpi.launch.command_line.OPTIONS."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from . import admin
 
 __all__ = ["report", "markdown", "POOL_TABLE"]
 
-# Which calls the pool takes, and when (the same table as in the README).
+# Which calls the pool takes, and when (docs/reference/pool.md has it in full).
 POOL_TABLE = (
     ("Reduce, Allreduce, Scan, Exscan", "message >= CXLMPI_THRESHOLD, predefined op"),
     ("Reduce_scatter_block, Reduce_scatter", "total >= CXLMPI_THRESHOLD, predefined op, "
@@ -94,7 +94,7 @@ def _ranks(var: config.Variable) -> str:
 
 
 def markdown() -> str:
-    """The README's generated tables, each between the comment lines that
+    """The reference's generated tables, each between the comment lines that
     mark it there: every setting (variable, default, ranks, the options
     that set it, meaning), then every option of python -m cxlmpi."""
     settings = ["| variable | default | ranks | option | meaning |", "|---|---|---|---|---|"]

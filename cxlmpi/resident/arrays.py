@@ -115,7 +115,7 @@ def write_back(a: Any, *, comm: MPI.Intracomm | None = None) -> None:
     (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts) the array's
     cache lines are written back; otherwise, and for an array outside the
     pool, nothing is needed and nothing is done.  Collectives do this for
-    their own buffers (see the README: what a collective flushes); call it
+    their own buffers (see the docs' Coherence page: what a collective flushes); call it
     between the writes and whatever tells the peers to read (a Barrier)."""
     _flush(a, comm, False)
 

@@ -244,7 +244,7 @@ def test_timeout_names_missing_ranks(comm):
     pool = states[dup.handle].pool
     if not isinstance(pool, Pool):
         # Pool groups: the phase among group leaders is MPI's, and MPI
-        # collectives have no timeout (README, Pools that span hosts).
+        # collectives have no timeout (docs: Pools that span hosts).
         dup.Free()
         pytest.skip("the inter-pool phase is MPI's (no timeout)")
     pool.timeout_s = 0.5

@@ -1,0 +1,265 @@
+"""The performance page's figures and tables, generated at build time from
+the committed results files (results/*/*.json), never typed by hand.
+
+Each folder of results/ is one measuring session on one machine (its
+machine.txt, one line, says which where the metadata does not); each JSON
+file in it is what ``python -m cxlmpi.bench --json FILE`` wrote.  A file
+whose settings have ``CXLMPI_DISABLE`` on is a *control*: the same job with
+the pool turned off (every call to MPI), whose speedups show the machine's
+noise.  It is set beside the run of the same folder with the same buffers
+and data (``bench.buffers``, ``bench.data_varying``).
+
+For every run: one figure (a panel per collective, one speedup scale for
+all of them with 1.0 marked, the control beside it, the rounds' spread as a
+band) and one table, each saying the machine, CPU, ranks, MPI library,
+date and the command that reproduces it.
+
+    python docs/_ext/cxlmpi_performance.py    # writes docs/_generated/, as the build does
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+OUT = ROOT / "docs" / "_generated"
+PAGE = OUT / "performance-results.md"
+NOT_RECORDED = "not recorded"
+
+
+@dataclass
+class Run:
+    """One results file: its metadata and its records by (op, size)."""
+
+    path: Path
+    meta: dict[str, Any]
+    records: list[dict[str, Any]]
+    control: Run | None = field(default=None)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.meta.get("settings", {}).get("CXLMPI_DISABLE"))
+
+    @property
+    def kind(self) -> tuple[Any, Any]:
+        bench = self.meta.get("bench", {})
+        return bench.get("buffers"), bench.get("data_varying")
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.stem}"
+
+    def ops(self) -> list[str]:
+        return list(dict.fromkeys(r["op"] for r in self.records))
+
+    def by_key(self) -> dict[tuple[str, int], dict[str, Any]]:
+        return {(r["op"], r["size"]): r for r in self.records}
+
+
+def load() -> list[Run]:
+    """The runs of results/, controls attached to the run they control;
+    a control without a run stands alone."""
+    runs = []
+    for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []:
+        found = []
+        for path in sorted(folder.glob("*.json")):
+            data = json.loads(path.read_text())
+            if data.get("metadata", {}).get("tool") != "cxlmpi.bench":
+                raise ValueError(f"{path}: not a results file of python -m cxlmpi.bench --json")
+            found.append(Run(path, data["metadata"], data["records"]))
+        controls = [run for run in found if run.is_control]
+        for run in found:
+            if run.is_control:
+                continue
+            match = [c for c in controls if c.kind == run.kind]
+            if match:
+                run.control = match[0]
+                controls.remove(match[0])
+            runs.append(run)
+        runs += controls
+    return runs
+
+
+def command(run: Run) -> str:
+    """The command line that reproduces the run (the control's: the same
+    with CXLMPI_DISABLE=1)."""
+    meta = run.meta
+    words = " ".join(meta.get("command", ["python", "-m", "cxlmpi.bench"]))
+    prefix = "CXLMPI_DISABLE=1 " if run.is_control else ""
+    return f"{prefix}mpiexec -n {meta.get('ranks', '?')} {words}"
+
+
+def describe(run: Run) -> str:
+    """Machine, CPU, ranks, MPI, date: one line."""
+    meta = run.meta
+    about = run.path.parent / "machine.txt"
+    machine = meta.get("machine") or (about.read_text().strip() if about.exists() else
+                                      f"host {meta.get('host', NOT_RECORDED)!r}")
+    bench = meta.get("bench", {})
+    data = "data varying between calls" if bench.get("data_varying") else "the same data"
+    return (f"machine: {machine}; CPU: {meta.get('cpu') or NOT_RECORDED}; "
+            f"{meta.get('ranks', '?')} ranks; MPI: {meta.get('mpi_library', NOT_RECORDED)}; "
+            f"date: {meta.get('date', NOT_RECORDED)}; cxlmpi {meta.get('cxlmpi_version', '?')}, "
+            f"{bench.get('buffers', '?')} buffers, {data}, median of "
+            f"{bench.get('rounds', '?')} rounds")
+
+
+def size_label(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def round_speedups(record: dict[str, Any]) -> list[float]:
+    """stock / cxlmpi of each round (the spread the median hides)."""
+    return [s / c for s, c in zip(record.get("rounds_stock_avg_us", []),
+                                  record.get("rounds_cxlmpi_avg_us", [])) if c > 0]
+
+
+#: How the table marks calls that did not all take the pool (as the figure does).
+PATH_MARKS = {"mpi": " ✕", "mixed": " ◆"}
+
+
+def table(run: Run) -> str:
+    """Collectives down, sizes across; each cell: cxlmpi's speedup, and the
+    control's in parentheses."""
+    sizes = sorted({r["size"] for r in run.records if r["op"] != "Barrier"})
+    mine = run.by_key()
+    theirs = run.control.by_key() if run.control else {}
+    lines = ["| collective | " + " | ".join(size_label(s) for s in sizes) + " |",
+             "|---|" + "---:|" * len(sizes)]
+    for op in run.ops():
+        cells = []
+        for size in sizes if op != "Barrier" else [0]:
+            record = mine.get((op, size))
+            if record is None:
+                cells.append("")
+                continue
+            control = theirs.get((op, size))
+            cell = f"{record['speedup']:.2f}x" + PATH_MARKS.get(record.get("path"), "")
+            if control is not None:
+                cell += f" / {control['speedup']:.2f}x"
+            cells.append(cell)
+        cells += [""] * (len(sizes) - len(cells))
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(run: Run, path: Path) -> None:
+    """One panel per collective on one shared log speedup scale, 1.0 marked:
+    cxlmpi's median speedup (● through the pool, ✕ passed to MPI, ◆ both),
+    the spread of its rounds as a band, the control dashed beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = run.ops()
+    columns = 4
+    rows = math.ceil(len(ops) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows + 0.8),
+                             sharey=True, squeeze=False)
+    control = run.control.by_key() if run.control else {}
+    every = [r["speedup"] for r in run.records] + [r["speedup"] for r in control.values()]
+    spread = [s for r in run.records for s in round_speedups(r)]
+    low = min(every + spread + [1.0]) / 1.15
+    high = max(every + spread + [1.0]) * 1.15
+    markers = {"pool": "o", "mpi": "x", "mixed": "D"}
+    for ax, op in zip(axes.flat, ops):
+        records = sorted((r for r in run.records if r["op"] == op), key=lambda r: r["size"])
+        xs = [max(r["size"], 1) for r in records]
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        bands = [round_speedups(r) or [r["speedup"]] for r in records]
+        ax.fill_between(xs, [min(b) for b in bands], [max(b) for b in bands],
+                        color="tab:blue", alpha=0.15, linewidth=0)
+        ax.plot(xs, [r["speedup"] for r in records], color="tab:blue", linewidth=1.2)
+        for x, r in zip(xs, records):
+            ax.plot([x], [r["speedup"]], marker=markers.get(r.get("path"), "o"),
+                    color="tab:blue", linestyle="none", markersize=5)
+        theirs = [control.get((op, r["size"])) for r in records]
+        if any(theirs):
+            ax.plot([x for x, c in zip(xs, theirs) if c], [c["speedup"] for c in theirs if c],
+                    color="gray", linestyle="--", linewidth=1, marker=".")
+        ax.set_title(op, fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        if op == "Barrier":
+            ax.set_xticks([1], ["no data"])
+        else:
+            ax.set_xticks(xs[::max(1, len(xs) // 4)],
+                          [size_label(x) for x in xs[::max(1, len(xs) // 4)]], fontsize=7)
+        ticks = [t for t in (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50) if low <= t <= high]
+        ax.set_yticks(ticks, [f"{t:g}x" for t in ticks], fontsize=7)
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    for ax in list(axes.flat)[len(ops):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("stock / cxlmpi", fontsize=8)
+    fig.suptitle("speedup (above 1: cxlmpi faster) — blue: cxlmpi (● pool, ✕ MPI, ◆ both; "
+                 "band: rounds' spread); gray dashed: control (pool off)", fontsize=8)
+    fig.text(0.5, 0.004, describe(run) + "\n" + command(run), ha="center", fontsize=6.5)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary(run: Run) -> str:
+    """How many figures were above 1, and the control's spread: the
+    numbers a reader checks first."""
+    speedups = [r["speedup"] for r in run.records]
+    text = (f"{sum(s >= 1.0 for s in speedups)} of {len(speedups)} figures at 1.00x or above, "
+            f"median {statistics.median(speedups):.2f}x")
+    if run.control:
+        floor = sorted(r["speedup"] for r in run.control.records)
+        deciles = statistics.quantiles(floor, n=10) if len(floor) > 1 else floor * 9
+        text += (f"; the control (pool off: MPI against itself) read {floor[0]:.2f}x to "
+                 f"{floor[-1]:.2f}x, 80 % of its figures within {deciles[0]:.2f}x to "
+                 f"{deciles[-1]:.2f}x: a figure inside that band says nothing either way")
+    return text + "."
+
+
+def generate(plots: bool = True, write: bool = True) -> str:
+    """The page's generated part: written to PAGE (with its figures) unless
+    `write` is false."""
+    if write:
+        OUT.mkdir(exist_ok=True)
+    parts = []
+    for run in load():
+        title = f"{run.name}" + (" (control)" if run.is_control and not run.control else "")
+        parts += [f"## {title}", "", describe(run) + ".", "", "```sh", command(run)]
+        if run.control:
+            parts.append(command(run.control))
+        parts += ["```", "", summary(run), ""]
+        image = f"perf-{run.path.parent.name}-{run.path.stem}.png"
+        if plots:
+            if write:
+                plot(run, OUT / image)
+            parts += [f"```{{figure}} /_generated/{image}", f":alt: speedup per collective "
+                      f"and size, {run.name}", "", f"{run.name}: {describe(run)}.", "```", ""]
+        parts += ["Each cell: cxlmpi's speedup (stock time / cxlmpi time, median of the "
+                  "rounds; ✕: the calls went to MPI, ◆: some did)"
+                  + (" / the control's." if run.control else "."), "",
+                  table(run), ""]
+    if not parts:
+        parts = ["No results files are committed yet (results/*/*.json).", ""]
+    text = "\n".join(parts)
+    if write:
+        PAGE.write_text(text)
+    return text
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("builder-inited", lambda app: generate())
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+if __name__ == "__main__":
+    print(generate())
