@@ -10,12 +10,14 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import mpi4py
-from harness import ROOT, mpi_env
+import pytest
+from harness import ROOT, mpi_env, mpiexec
 from mpi4py import MPI
 
 import cxlmpi
@@ -105,3 +107,69 @@ def test_info_cache_shows_this_jobs_entries(tmp_path: Path) -> None:
     assert out.splitlines()[-1] == ("entries for other machines, MPI libraries, versions "
                                     "or ranks: 2 (not shown)")
     assert len(out.splitlines()) < 15
+
+
+# ------------------------------------------------- a /dev/shm that is too small
+
+SMALL_SHM_PROGRAM = """\
+import sys
+import numpy as np
+from mpi4py import MPI
+import cxlmpi
+comm = cxlmpi.wrap(MPI.COMM_WORLD)
+a = np.ones(1 << 20)
+b = np.empty_like(a)
+comm.Allreduce(a, b)
+assert (b == comm.Get_size()).all()
+sys.stdout.write(f"POOL_CALLS {cxlmpi.stats()['allreduce']['pool_calls']}\\n")
+"""
+
+
+def test_pool_size_that_fits_is_a_power_of_two_within_the_free_space() -> None:
+    from cxlmpi._pool import no_space_message, pool_size_that_fits
+
+    assert pool_size_that_fits(53 << 20) == 32 << 20
+    assert pool_size_that_fits(64 << 20) == 64 << 20
+    assert pool_size_that_fits(3 << 30) == 2 << 30
+    assert pool_size_that_fits(512 << 10) == 0
+    text = no_space_message("a pool", 1 << 26, 53 << 20, "/dev/shm")
+    assert "CXLMPI_POOL_SIZE=32M fits (python -m cxlmpi --pool-size 32M)" in text
+    assert "No pool fits" in no_space_message("a pool", 1 << 26, 100 << 10, "/dev/shm")
+
+
+def _in_small_shm(tmp_path: Path, options: list[str]) -> subprocess.CompletedProcess:
+    """The program on 2 ranks in a mount namespace whose /dev/shm is a
+    64 MiB tmpfs (a container's default), every size through the pool."""
+    program = tmp_path / "small_shm.py"
+    program.write_text(SMALL_SHM_PROGRAM)
+    job = " ".join([*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi", *options,
+                    str(program)])
+    env = {var: value for var, value in mpi_env().items() if not var.startswith("CXLMPI_")}
+    env["CXLMPI_TUNING"] = "pool"
+    return subprocess.run(["unshare", "-m", "sh", "-c",
+                           f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {job}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare(1) to mount a small /dev/shm")
+def test_small_dev_shm_warning_names_a_pool_size_that_fits(tmp_path: Path) -> None:
+    """In a 64 MiB /dev/shm the default 64 MiB pool does not fit: the calls
+    go to MPI, and the warning says how much was free and which
+    CXLMPI_POOL_SIZE fits; with that size, the same job runs in the pool,
+    without a warning."""
+    short = _in_small_shm(tmp_path, [])
+    if "mount" in short.stderr and "POOL_CALLS" not in short.stdout:
+        pytest.skip(f"cannot mount a tmpfs here: {short.stderr.strip()}")
+    assert short.returncode == 0, short.stderr
+    assert short.stdout.split().count("0") == 2, short.stdout   # both ranks: MPI
+    warning = re.search(r"/dev/shm has (\d+) free .*CXLMPI_POOL_SIZE=(\d+)M fits "
+                        r"\(python -m cxlmpi --pool-size (\d+)M\)", short.stderr)
+    assert warning, short.stderr
+    free, fits = int(warning.group(1)), int(warning.group(2)) << 20
+    assert warning.group(2) == warning.group(3)
+    assert fits <= free < 64 << 20 and fits * 2 > free
+    sized = _in_small_shm(tmp_path, ["--pool-size", f"{fits >> 20}M"])
+    assert sized.returncode == 0, sized.stderr
+    assert "warning" not in sized.stderr, sized.stderr
+    assert sized.stdout.split().count("1") == 2, sized.stdout    # both ranks: the pool
