@@ -269,3 +269,93 @@ def test_compare_help_lists_cxlmpis_options() -> None:
         if option.setting and option.setting != "CXLMPI_STATS":
             assert f"  {option.synopsis}" in proc.stdout, option
     assert "which of them to trust" in proc.stdout and "--control" in proc.stdout
+
+
+# ------------------------------------------- how long bench and tune will take
+
+DURATION = r"([\d.]+ (?:s|min|h))"
+ESTIMATE = re.compile(rf"^(cxlmpi\.\w+): (.*): about {DURATION} \(estimated from the calls "
+                      r"planned and this machine's speed; --quiet: no progress lines\)$", re.M)
+STEP = re.compile(rf"^\[(\d+)/(\d+)\] .*  \({DURATION} elapsed, ~{DURATION} left\)$", re.M)
+TOOK = re.compile(rf"^(cxlmpi\.\w+): took {DURATION} \(estimated {DURATION}\)$", re.M)
+
+
+def _seconds(text: str) -> float:
+    """Seconds from '45 s', '2.7 min', '1.2 h' (cxlmpi.tools.report.format_duration)."""
+    number, unit = text.split()
+    return float(number) * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
+def _timed(tool: str, args: list[str], tmp_path: Path) -> tuple[str, float]:
+    """Run `python -m TOOL ARGS` on 2 ranks; its stderr and wall seconds."""
+    import time
+
+    env = {"CXLMPI_CACHE": str(tmp_path / "cache.json")}
+    start = time.perf_counter()
+    proc = subprocess.run([*mpiexec(), "-n", "2", sys.executable, "-m", tool, *args],
+                          cwd=ROOT, env=mpi_env(env), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stderr, time.perf_counter() - start
+
+
+def test_bench_says_how_long_it_will_take_and_shows_progress(tmp_path: Path) -> None:
+    """Up front: the plan and about how long it takes, which is the time it
+    then takes within a factor of 4 (a shared 2-core machine is noisy);
+    a [k/N] line per measurement with the time elapsed and left; at the
+    end how long it took.  --quiet: none of it."""
+    args = ["--ops", "Allreduce,Bcast,Barrier", "--sizes", "8,64K,4M", "--rounds", "2"]
+    err, wall = _timed("cxlmpi.bench", args, tmp_path)
+    [(tool, plan, estimate)] = ESTIMATE.findall(err)
+    assert tool == "cxlmpi.bench", err
+    assert plan == "3 collectives x 3 sizes x 2 rounds, 7 measurements", err
+    steps = STEP.findall(err)
+    assert [(int(k), int(n)) for k, n, _, _ in steps] == [(k, 7) for k in range(1, 8)], err
+    elapsed = [_seconds(e) for _, _, e, _ in steps]
+    assert elapsed == sorted(elapsed), err
+    [(_, took, said)] = TOOK.findall(err)
+    assert said == estimate
+    measured = max(_seconds(took), 1.0)
+    assert measured / 4 <= max(_seconds(estimate), 1.0) <= measured * 4, err
+    assert _seconds(took) <= wall + 1
+    quiet, _ = _timed("cxlmpi.bench", [*args, "--quiet"], tmp_path)
+    assert not ESTIMATE.search(quiet) and not STEP.search(quiet) and not TOOK.search(quiet)
+
+
+def test_tune_says_how_long_it_will_take_and_shows_progress(tmp_path: Path) -> None:
+    """Both of tune's modes: the windows file and the cache."""
+    for args, plan, steps in (
+            (["--ops", "Bcast", "--min-size", "4K", "--max-size", "64K", "--rounds", "1",
+              "--output", str(tmp_path / "t.json")], "1 collectives x 5 sizes x 1 rounds", 5),
+            (["--ops", "Bcast", "--min-size", "4K", "--max-size", "64K"],
+             "1 collectives x 5 sizes x 2 placements", 10)):
+        err, _ = _timed("cxlmpi.tune", args, tmp_path)
+        [(tool, said, estimate)] = ESTIMATE.findall(err)
+        assert (tool, said) == ("cxlmpi.tune", plan), err
+        assert [int(k) for k, _, _, _ in STEP.findall(err)] == list(range(1, steps + 1)), err
+        [(_, took, again)] = TOOK.findall(err)
+        assert again == estimate and _seconds(took) <= 4 * max(_seconds(estimate), 1.0), err
+
+
+def test_progress_scales_the_plan_by_the_steps_done() -> None:
+    """Four steps planned at 1 s each: after two that took 4 s, more than
+    the plan's 2 s are left, but less than 2 x 2 s (one pair of steps is
+    weighed against the plan)."""
+    from cxlmpi.tools.report import Progress
+
+    progress = Progress(4, enabled=False, estimates=[1.0] * 4)
+    assert progress.left_s(0, 0.0) == 4.0
+    assert 2.0 < progress.left_s(2, 4.0) < 4.0
+    assert progress.left_s(4, 9.0) == 0.0
+
+
+def test_bench_json_names_the_cpu_and_the_command(tmp_path: Path) -> None:
+    """The performance page states machine, CPU and the command that
+    reproduces each figure: bench's JSON has them."""
+    out = tmp_path / "b.json"
+    args = ["--ops", "Bcast", "--sizes", "8", "--iterations", "2", "--warmup", "1",
+            "--rounds", "1", "--quiet", "--json", str(out)]
+    _timed("cxlmpi.bench", args, tmp_path)
+    meta = json.loads(out.read_text())["metadata"]
+    assert meta["cpu"] == cache.cpu_model() and meta["cores"] == os.cpu_count()
+    assert meta["command_line"] == "mpiexec -n 2 python -m cxlmpi.bench " + " ".join(args)

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["format_size", "format_table", "write_csv", "write_json", "plot_figure",
-           "write_plot", "plural", "align_rows", "Progress", "PATH_MARKERS", "PATH_LABELS",
+           "write_plot", "plural", "align_rows", "Progress", "format_duration", "PATH_MARKERS",
+           "PATH_LABELS",
            "CSV_FIELDS"]
 
 
@@ -225,24 +227,51 @@ def plural(count: int, noun: str) -> str:
 
 
 
-class Progress:
-    """'[i/n] op size' lines on stderr (rank 0): one overwritten line on a
-    terminal, one line each otherwise."""
+def format_duration(seconds: float) -> str:
+    """'45 s', '2.7 min', '1.2 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
-    def __init__(self, total: int, enabled: bool) -> None:
+
+class Progress:
+    """'[i/n] op size  (12 s elapsed, ~30 s left)' lines on stderr (rank
+    0): one overwritten line on a terminal, one line each otherwise.  The
+    time left is the plan's estimate of the steps left (`estimates`:
+    seconds per step; none: every step alike), scaled by how long the steps
+    done took against their estimate (weighed against the plan until a
+    fifth of it is done: one short step says little)."""
+
+    def __init__(self, total: int, enabled: bool,
+                 estimates: Sequence[float] | None = None) -> None:
         self.total, self.enabled, self.done = total, enabled, 0
         self.tty = enabled and sys.stderr.isatty()
+        self.estimates = list(estimates) if estimates else [1.0] * total
+        self.start = time.perf_counter()
+
+    def left_s(self, finished: int, elapsed: float) -> float:
+        """Seconds left after `finished` steps took `elapsed`."""
+        planned_done = sum(self.estimates[:finished])
+        planned_left = sum(self.estimates[finished:])
+        prior = (planned_done + planned_left) / 5
+        return planned_left * (elapsed + prior) / (planned_done + prior or 1.0)
 
     def step(self, text: str) -> None:
         self.done += 1
         if not self.enabled:
             return
-        line = f"[{self.done}/{self.total}] {text}"
+        elapsed = time.perf_counter() - self.start
+        left = self.left_s(self.done - 1, elapsed)
+        line = (f"[{self.done}/{self.total}] {text}  ({format_duration(elapsed)} elapsed, "
+                f"~{format_duration(left)} left)")
         sys.stderr.write(f"\r\033[K{line}" if self.tty else line + "\n")
         sys.stderr.flush()
 
-    def close(self) -> None:
+    def close(self) -> float:
+        """End the progress lines; the seconds since the start."""
         if self.tty:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-
+        return time.perf_counter() - self.start
