@@ -159,8 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write {metadata, records} as JSON")
     ap.add_argument("--plot", metavar="FILE.png",
                     help="plot latency and speedup at the measured sizes, one panel per "
-                         "collective, pool/MPI points marked, error bars over the rounds "
-                         "(needs matplotlib: pip install 'cxlmpi[bench]')")
+                         "collective (Barrier too), one speedup scale for all with 1.0 "
+                         "marked, pool/MPI points marked, thin whiskers from the fastest "
+                         "to the slowest round (needs matplotlib: pip install "
+                         "'cxlmpi[bench]')")
     ap.add_argument("--learning", type=int, metavar="N",
                     help="instead: the cost of adaptive selection's learning -- per size, "
                          "a fresh communicator's first N calls (which learn) against the "
