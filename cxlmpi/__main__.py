@@ -29,19 +29,16 @@ def main(argv: list[str] | None = None) -> None:
     except CXLMPIConfigError as exc:
         sys.stderr.write(f"python -m cxlmpi: {exc}\n")
         sys.exit(2)
-    if command == "version":
-        from .reports.info import version_lines
+    if command in ("version", "info"):
+        from mpi4py import MPI
 
-        print("\n".join(version_lines()))
-    elif command == "info":
-        from .reports.info import cache_report, markdown, report
+        from .reports.info import cache_report, markdown, report, version_lines
 
-        if args == ["--markdown"]:
-            print(markdown())
-        elif args == ["--cache"]:
-            print(cache_report())
-        else:
-            print(report(everything=args == ["--all"]))
+        text = "\n".join(version_lines()) if command == "version" else \
+            markdown() if args == ["--markdown"] else \
+            cache_report() if args == ["--cache"] else report(everything=args == ["--all"])
+        if MPI.COMM_WORLD.Get_rank() == 0:     # (under mpiexec: once, not once per rank)
+            print(text)
     elif command == "status":
         from .reports.admin import status
 

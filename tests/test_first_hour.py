@@ -17,7 +17,7 @@ from pathlib import Path
 
 import mpi4py
 import pytest
-from harness import ROOT, mpi_env, mpiexec
+from harness import ROOT, mpi_env, mpiexec, run_mpi
 from mpi4py import MPI
 
 import cxlmpi
@@ -40,13 +40,17 @@ def _library() -> str:
 
 
 def test_version_names_cxlmpi_the_mpi_library_and_mpi4py() -> None:
-    """One line each, the version the package was installed as."""
+    """One line each, the version the package was installed as; a job
+    says it once."""
     version = importlib.metadata.version("cxlmpi")
     declared = re.search(r'^version = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M)
     assert declared and declared.group(1) == version == cxlmpi.__version__
     out = _cxlmpi(["--version"]).stdout
-    assert out.splitlines() == [f"cxlmpi {version}", f"MPI library: {_library()}",
-                                f"mpi4py {mpi4py.__version__}"]
+    expected = [f"cxlmpi {version}", f"MPI library: {_library()}",
+                f"mpi4py {mpi4py.__version__}"]
+    assert out.splitlines() == expected
+    # under mpiexec: said once, not once per rank
+    assert run_mpi(2, ["-m", "cxlmpi", "--version"]).stdout.splitlines() == expected
 
 
 def _entry(fp: dict) -> dict:
@@ -235,6 +239,7 @@ def test_compare_passes_cxlmpi_options_runs_a_control_and_writes_json(tmp_path: 
                           timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert seen.read_text().splitlines() == ["- - -", "- 1 8K", "1 1 8K"] * 2
+    assert re.search(r"the first run took \d+ s: about \d+ s for all 6 runs", proc.stdout)
     assert re.search(r"a round took \d+ s: about \d+ s in all", proc.stdout), proc.stdout
     assert re.search(r"run 2/2: control .*\[\d+ s elapsed, ~0 s left\]", proc.stdout)
     assert "which speedup (program TIME):" in proc.stdout

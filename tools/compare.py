@@ -40,9 +40,10 @@ Both runs get OMP_NUM_THREADS=1 unless it is set already: a program that
 imports NumPy with threaded BLAS on every rank ran 3.8-22 s instead of
 0.66 s on 2 ranks, stock and cxlmpi alike, too noisy to compare.
 
-It says up front how long it will take (after the first pair of runs:
-that pair's time x --repeat) and shows each run as it ends, with the time
-elapsed and left; --quiet prints only the results.  --json FILE writes the
+It says how long it will take as soon as it can (after the first run: its
+time x the runs; after the first round: that round's time x --repeat) and
+shows each run as it ends, with the time elapsed and left; --quiet prints
+only the results.  --json FILE writes the
 runs, both speedups, the verdict and where they were taken (machine, CPU,
 MPI, versions, the command) for the documentation's performance page.
 """
@@ -249,8 +250,8 @@ def run_all(opts: argparse.Namespace, cmds: dict[str, list[str]], env: dict[str,
     stderr_cxl = ""
     start = time.perf_counter()
     total = opts.repeat * len(cmds)
-    _say(opts, f"compare: {len(cmds)} runs a round, {opts.repeat} rounds; how long it "
-               f"takes is known after the first round")
+    _say(opts, f"compare: {len(cmds)} runs a round, {opts.repeat} rounds: {total} runs; "
+               f"how long they take is known after the first")
     for i in range(opts.repeat):
         for label, cmd in cmds.items():
             wall, out, err, rc = _run(cmd, env)
@@ -267,6 +268,9 @@ def run_all(opts: argparse.Namespace, cmds: dict[str, list[str]], env: dict[str,
             _say(opts, f"  run {i + 1}/{opts.repeat}: {label:<9} wall {wall:7.2f} s"
                  + (f"  program TIME {ptime:7.3f} s" if ptime is not None else "")
                  + f"   [{_seconds(elapsed)} elapsed, ~{_seconds(left)} left]")
+            if len(runs) == 1 and total > 1:
+                _say(opts, f"  (the first run took {_seconds(elapsed)}: about "
+                           f"{_seconds(elapsed * total)} for all {total} runs)")
         if i == 0 and opts.repeat > 1:
             elapsed = time.perf_counter() - start
             _say(opts, f"  (a round took {_seconds(elapsed)}: about "
