@@ -75,6 +75,7 @@ cimport cython
 
 import os
 import secrets
+import sys
 import zlib
 
 cdef extern from "cxl_kernels.h" nogil:

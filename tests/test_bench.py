@@ -170,15 +170,18 @@ def _record(op: str, size: int, path: str, stock: list[float], shim: list[float]
 
 
 def test_plot_panels_sizes_paths_and_spread() -> None:
-    """plot_figure: one latency and one speedup axes per collective (Barrier,
-    without a size, is left out); points only at the measured sizes, x ticks
-    at exactly those; cxlmpi's points marked by path (pool and passed to MPI
-    differ); error bars span the rounds' min to max."""
+    """plot_figure: one latency and one speedup axes per collective, Barrier
+    too (one point over "no message"); points only at the measured sizes,
+    x ticks at exactly those; cxlmpi's points marked by path (pool and
+    passed to MPI differ); one speedup scale for every panel, set by the
+    medians and 1.0 (drawn), never by a wild round, whose whisker is
+    clipped to it; whiskers span the rounds' min to max."""
     pytest.importorskip("matplotlib")
     from cxlmpi.tools.bench import PATH_MARKERS, plot_figure
+    from cxlmpi.tools.report import PATH_LABELS
 
     records = [
-        _record("Allreduce", 8, "mpi", [10, 11, 30], [10.5, 11, 12]),
+        _record("Allreduce", 8, "mpi", [10, 11, 300], [10.5, 11, 12]),   # a wild round
         _record("Allreduce", 65536, "pool", [40, 41, 42], [20, 21, 25]),
         _record("Allreduce", 1 << 24, "pool", [3000, 3100, 3200], [2000, 2100, 2300]),
         _record("Bcast", 8, "mpi", [5, 6, 7], [5, 6, 7]),
@@ -187,36 +190,50 @@ def test_plot_panels_sizes_paths_and_spread() -> None:
         _record("Barrier", 0, "pool", [4, 4, 4], [1, 1, 1]),
     ]
     measured = {"Allreduce": [8, 65536, 1 << 24], "Bcast": [8, 1 << 24],
-                "Reduce_scatter_block": [24]}
+                "Reduce_scatter_block": [24], "Barrier": [0]}
     fig = plot_figure(records)
     assert sorted(ax.get_label() for ax in fig.axes) == sorted(
         f"{op} {kind}" for op in measured for kind in ("latency", "speedup"))
     assert PATH_MARKERS["pool"] != PATH_MARKERS["mpi"]
+    gains = [ax for ax in fig.axes if ax.get_label().endswith(" speedup")]
+    [scale] = {ax.get_ylim() for ax in gains}          # one scale for every panel
+    medians = [r["speedup"] for r in records]
+    assert scale[0] < min(medians) and max(medians) < scale[1] < 25 / 1.1
+    assert scale[0] < 1.0 < scale[1]
     for ax in fig.axes:
         op, kind = ax.get_label().rsplit(" ", 1)
-        bars = {c.get_label(): c for c in ax.containers}
-        drawn = sorted({float(x) for c in bars.values() for x in c.lines[0].get_xdata()})
-        assert drawn == measured[op], (ax.get_label(), drawn)
-        assert all(line.get_linestyle() == "None" for c in bars.values()
-                   for line in c.lines[:1]), "points only: no lines between sizes"
-        assert list(ax.get_xticks()) == measured[op]
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        spreads = {c.get_label(): c for c in ax.collections if c.get_label().endswith("spread")}
         rows = {r["size"]: r for r in records if r["op"] == op}
-        for path, marker in (("pool", PATH_MARKERS["pool"]), ("mpi", PATH_MARKERS["mpi"])):
-            [container] = [c for label, c in bars.items() if label.endswith(
-                "pool" if path == "pool" else "passed to MPI")] or [None]
+        points = {label: line for label, line in lines.items() if label != "1.0x"}
+        drawn = sorted({float(x) for line in points.values() for x in line.get_xdata()})
+        assert drawn == measured[op], (ax.get_label(), drawn)
+        assert all(line.get_linestyle() == "None" for line in points.values()), \
+            "points only: no lines between sizes"
+        assert list(ax.get_xticks()) == measured[op]
+        if op == "Barrier" and kind == "speedup":
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["no message"]
+        for path in ("pool", "mpi"):
             want = [s for s in measured[op] if rows[s]["path"] == path]
-            if container is None:
+            line = lines.get(PATH_LABELS[path])
+            if line is None:
                 assert want == [], (ax.get_label(), path)
                 continue
-            assert container.lines[0].get_marker() == marker
-            assert list(container.lines[0].get_xdata()) == want
+            assert line.get_marker() == PATH_MARKERS[path]
+            assert list(line.get_xdata()) == want
         if kind == "latency":
-            stock = bars["stock"]
-            # The error bar of each size: from the fastest to the slowest round.
-            [segments] = [col.get_segments() for col in stock.lines[2]]
-            spans = [(seg[0][1], seg[1][1]) for seg in segments]
+            # The whisker of each size: from the fastest to the slowest round.
+            spans = [(seg[0][1], seg[1][1]) for seg in spreads["stock spread"].get_segments()]
             assert spans == [(min(rows[s]["rounds_stock_avg_us"]),
                               max(rows[s]["rounds_stock_avg_us"])) for s in measured[op]]
+        else:
+            assert list(lines["1.0x"].get_ydata()) == [1.0, 1.0]
+            for collection in spreads.values():
+                for seg in collection.get_segments():
+                    assert scale[0] <= seg[0][1] <= seg[1][1] <= scale[1], ax.get_label()
+    wild = next(c for ax in gains if ax.get_label() == "Allreduce speedup"
+                for c in ax.collections if c.get_label() == f"{PATH_LABELS['mpi']} spread")
+    assert wild.get_segments()[0][1][1] == scale[1]      # 300/12 = 25x, clipped
 
 
 def test_plot_written_and_one_rank_is_singular(tmp_path: Path) -> None:

@@ -52,13 +52,14 @@ def expected_info() -> dict:
 
 
 def test_info(expected_info: dict) -> None:
-    """--info: version, MPI library, backend, pool size, threshold,
-    coherence, CPU features, and a row per CXLMPI_* variable."""
+    """--info --all: version, MPI library, backend, pool size, threshold,
+    coherence, CPU features, and a row per CXLMPI_* variable (--info
+    alone: tests/test_first_hour.py)."""
     # One process, no launcher (MPI singleton), none of the caller's settings.
     env = {var: value for var, value in mpi_env().items()
            if not var.startswith("CXLMPI_")}
     env["CXLMPI_POOL_SIZE"] = "1M"
-    cmd = [sys.executable, "-m", "cxlmpi", "--threshold", "8K", "--coherence=sw", "--info"]
+    cmd = [sys.executable, "-m", "cxlmpi", "--threshold", "8K", "--coherence=sw", "--info", "--all"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

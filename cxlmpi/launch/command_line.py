@@ -27,7 +27,7 @@ class Option:
     """One option of ``python -m cxlmpi``.  `flags`: its spellings.  Either
     `setting` (the CXLMPI_* variable it sets: to `value` for a switch, to
     its argument, named `metavar`, for a value option) or `command` (what
-    main() does; `word`: a word that may follow it, passed on).  `help`:
+    main() does; `words`: the words one of which may follow it, passed on).  `help`:
     the usage line; empty for an option that sets a setting to its
     argument or turns it on, whose line is the setting's summary (with the
     variable's name, as an explicit one starts)."""
@@ -37,16 +37,17 @@ class Option:
     value: str = ""
     metavar: str = ""
     command: str = ""
-    word: str = ""
+    words: tuple[str, ...] = ()
     help: str = ""
 
     @property
     def synopsis(self) -> str:
-        """How the usage text writes it: "--pool SPEC", "--pool-reset [all]"."""
+        """How the usage text writes it: "--pool SPEC", "--pool-reset [all]",
+        "--info [--all/--cache/--markdown]"."""
         spelt = ", ".join(self.flags)
         if self.metavar:
             return f"{spelt} {self.metavar}"
-        return f"{spelt} [{self.word}]" if self.word else spelt
+        return f"{spelt} [{'/'.join(self.words)}]" if self.words else spelt
 
     @property
     def description(self) -> str:
@@ -78,12 +79,17 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--timeout",), setting="CXLMPI_TIMEOUT", metavar="SECONDS"),
     Option(("--pool",), setting="CXLMPI_POOL", metavar="SPEC"),
     Option(("--pool-groups",), setting="CXLMPI_POOL_GROUPS", metavar="G"),
-    Option(("--info",), command="info", word="--markdown",
-           help="print version, MPI library, settings and exit (--markdown: the "
-                "reference's tables of settings and options)"),
+    Option(("--version",), command="version",
+           help="print the versions of cxlmpi, the MPI library and mpi4py, one a line, "
+                "and exit"),
+    Option(("--info",), command="info", words=("--all", "--cache", "--markdown"),
+           help="print version, MPI library, the pool and the settings that differ from "
+                "their defaults, and exit (--all: every setting and the windows; --cache: "
+                "the selection cache's entries for this job; --markdown: the README's "
+                "tables of settings and options)"),
     Option(("--pool-status",), command="status",
            help="print the partition table of a pool file or device"),
-    Option(("--pool-reset",), command="reset", word="all",
+    Option(("--pool-reset",), command="reset", words=("all",),
            help="free partitions whose jobs are gone (all: every partition, and write "
                 "a new table; only when no job uses the pool)"),
     Option(("-h", "--help"), command="help", help="show this help and exit"),
@@ -139,7 +145,7 @@ def _option(arg: str) -> tuple[Option | None, str | None]:
 def parse(argv: list[str]) -> tuple[str, list[str]]:
     """(command, args) from the command line, applying the options that set
     settings to os.environ: a command of OPTIONS ("info", "status",
-    "reset"; args: its `word` when it follows, else []) or "run" (args: the
+    "reset", "version"; args: one of its `words` when it follows, else []) or "run" (args: the
     program's command line, ``[pyfile | -m mod | -c cmd | -] [arg] ...``).
     Exits with the usage text on -h or a malformed command line."""
     i = 0
@@ -156,7 +162,7 @@ def parse(argv: list[str]) -> tuple[str, list[str]]:
             _usage()
         elif option.command:
             given = argv[i + 1:i + 2]
-            return option.command, given if option.word and given == [option.word] else []
+            return option.command, given if given and given[0] in option.words else []
         elif option.metavar:
             if value is None:
                 i += 1

@@ -265,6 +265,24 @@ def _create(plain: MPI.Intracomm) -> Pool | Hierarchy | None:
     return create_pool(plain)
 
 
+def _free_space(pool: str) -> tuple[int | None, str]:
+    """(bytes free, where) where a pool of CXLMPI_POOL=`pool` reserves its
+    memory: /dev/shm, or the folder of a pool file; (None, "") for a
+    device or where it cannot be told."""
+    import os
+
+    from ..spec import parse_spec
+
+    spec = parse_spec(pool)
+    where = "/dev/shm" if spec.kind in ("shm", "numa") else \
+        os.path.dirname(spec.path) if spec.kind == "file" else ""
+    try:
+        st = os.statvfs(where) if where else None
+    except OSError:
+        st = None
+    return (None, "") if st is None else (st.f_bavail * st.f_frsize, where)
+
+
 def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
     """Collective: a new pool state for the communicator behind `plain`."""
     global _warned_no_room
@@ -273,7 +291,7 @@ def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
     except CXLMPIPoolError as exc:
         if NO_SPACE in str(exc):
             warn_no_space("a communicator's pool (its collectives go to MPI)",
-                          config.get().pool_size)
+                          config.get().pool_size, *_free_space(config.get().pool))
         elif NO_ROOM in str(exc):
             if not _warned_no_room:
                 _warned_no_room = True

@@ -35,7 +35,8 @@ from .classes import NCLASSES, PLACEMENTS, class_floor, code_of, size_class
 from .learner import Learner
 
 __all__ = ["cache_path", "fingerprint", "load_cache", "read_cache", "save_cache",
-           "describe_cache", "MAX_NBYTES", "MIN_SECONDS", "MAX_SECONDS"]
+           "describe_cache", "describe_entries", "cpu_model", "MAX_NBYTES", "MIN_SECONDS",
+           "MAX_SECONDS"]
 
 #: The largest cache file read (a full cache of every class is ~1 MiB).
 MAX_NBYTES = 16 << 20
@@ -58,7 +59,8 @@ def cache_path(cfg: config.Config | None = None) -> str | None:
     return os.path.expanduser(path)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform says."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -74,7 +76,7 @@ def fingerprint(nranks: int, mpi_library: str, cfg: config.Config,
     """What a cache entry is valid for: this machine, the ranks of the pool,
     the MPI library, cxlmpi's version, the pool's backend and coherence;
     across pool groups, the ranks of each group (`groups`)."""
-    fp = {"cpu": _cpu_model(), "cores": os.cpu_count() or 0, "ranks": nranks,
+    fp = {"cpu": cpu_model(), "cores": os.cpu_count() or 0, "ranks": nranks,
           "mpi": " ".join(mpi_library.splitlines()[0].split()) if mpi_library else "",
           "cxlmpi": __version__, "pool": cfg.pool, "coherence": cfg.coherence,
           "chunk": cfg.chunk_size}
@@ -287,7 +289,7 @@ def load_cache(path: str | None, fp: dict[str, Any]) -> dict[tuple[int, int, int
 
 
 def describe_cache(path: str | None) -> list[str]:
-    """The cached decisions, a line per machine and class, for --info."""
+    """The cached decisions, a line per machine and class."""
     if path is None:
         return ["adaptive selection cache: off (CXLMPI_CACHE)"]
     data = read_cache(path, warn=False)
@@ -296,7 +298,16 @@ def describe_cache(path: str | None) -> list[str]:
              f"({len(machines)} machine{'s' if len(machines) != 1 else ''})"]
     if "ignored" in data:
         lines.append(f"  ignored: the file {data['ignored']}")
-    for entry in machines.values():
+    return lines + describe_entries(list(machines.values()))
+
+
+def describe_entries(entries: list[dict[str, Any]]) -> list[str]:
+    """Machine entries of `read_cache`: a line per machine, then a line per
+    collective and placement with the path chosen from each size class on
+    where it changes ("bcast private: mpi from 0 B, pool from 64 KiB")
+    (``python -m cxlmpi --info --cache``)."""
+    lines = []
+    for entry in entries:
         fp = entry["machine"]
         groups = fp.get("groups")
         ranks = f"{fp.get('ranks', '?')} ranks per pool" if not groups else \
@@ -304,13 +315,26 @@ def describe_cache(path: str | None) -> list[str]:
         lines.append(f"  {fp.get('cpu', '?')}, {fp.get('cores', '?')} cores, {ranks}, "
                      f"{fp.get('mpi', '?')}, "
                      f"cxlmpi {fp.get('cxlmpi', '?')}, pool {fp.get('pool', '?')}:")
+        runs: dict[tuple[str, str], list[tuple[int, str]]] = {}
         for name, sizes in sorted(entry["decisions"].items(),
                                   key=lambda kv: config.COLLECTIVES.index(kv[0])):
             for size, places in sorted(sizes.items(), key=lambda kv: int(kv[0])):
                 for pl, d in sorted(places.items()):
-                    lines.append(f"    {name:<21} >= {int(size):>10} B  {pl:<7} "
-                                 f"{d['best']} (runner-up {d['runner_up']})")
+                    run = runs.setdefault((name, pl), [])
+                    if not run or run[-1][1] != d["best"]:
+                        run.append((int(size), d["best"]))
+        for (name, pl), run in runs.items():
+            lines.append(f"    {name:<21} {pl:<7} " + ", ".join(
+                f"{best} from {_size_text(size)}" for size, best in run))
     return lines
+
+
+def _size_text(nbytes: int) -> str:
+    """'0 B', '64 KiB', '16 MiB' (a size class's floor: a power of two)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
 
 
 # ------------------------------------------------------------------ writing

@@ -35,9 +35,20 @@ from mpi4py import MPI
 
 import cxlmpi
 from cxlmpi import config
+from cxlmpi.select import cache
+from cxlmpi.select.classes import PLACEMENTS, size_class
 
 from .learning import run_learning
-from .measure import MIN_ITERATIONS, MIN_WARMUP, Settings, measure, metadata, osu_iterations
+from .measure import (
+    MIN_ITERATIONS,
+    MIN_WARMUP,
+    Settings,
+    case_seconds,
+    measure,
+    metadata,
+    osu_iterations,
+    time_speed,
+)
 from .operations import (
     BENCHMARKS,
     BUFFER_KINDS,
@@ -54,6 +65,7 @@ from .overlap import run_overlap
 from .report import (
     PATH_MARKERS,
     Progress,
+    format_duration,
     format_size,
     format_table,
     plot_figure,
@@ -69,7 +81,7 @@ __all__ = [
     "allocate", "make_buffers", "describe_mismatch", "Settings", "measure", "metadata",
     "osu_iterations", "MIN_ITERATIONS", "MIN_WARMUP", "format_size", "plot_figure",
     "write_plot", "PATH_MARKERS", "Progress", "RankZeroParser", "size_list",
-    "check_counts", "run_tool", "main",
+    "check_counts", "run_tool", "main", "announce", "finish", "plan_estimates",
 ]
 
 DEFAULT_MIN_SIZE, DEFAULT_MAX_SIZE = "8", "256M"
@@ -148,8 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write {metadata, records} as JSON")
     ap.add_argument("--plot", metavar="FILE.png",
                     help="plot latency and speedup at the measured sizes, one panel per "
-                         "collective, pool/MPI points marked, error bars over the rounds "
-                         "(needs matplotlib: pip install 'cxlmpi[bench]')")
+                         "collective (Barrier too), one speedup scale for all with 1.0 "
+                         "marked, pool/MPI points marked, thin whiskers from the fastest "
+                         "to the slowest round (needs matplotlib: pip install "
+                         "'cxlmpi[bench]')")
     ap.add_argument("--learning", type=int, metavar="N",
                     help="instead: the cost of adaptive selection's learning -- per size, "
                          "a fresh communicator's first N calls (which learn) against the "
@@ -254,7 +268,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     stock = MPI.Intracomm(wrapped)  # plain mpi4py on the same MPI handle
     stock.Set_name("cxlmpi.bench")
     cases = cases_to_measure(ops, sizes, stock.Get_size())
-    progress = Progress(len(cases), enabled=rank == 0 and not args.quiet)
+    progress = announce("cxlmpi.bench", plan_estimates(stock, cases, settings),
+                        rank == 0 and not args.quiet,
+                        f"{plural(len(ops), 'collective')} x {plural(len(sizes), 'size')} x "
+                        f"{plural(settings.rounds, 'round')}, "
+                        f"{plural(len(cases), 'measurement')}")
     records = []
     for op, size in cases:
         shown = "" if op.name == "Barrier" else format_size(
@@ -265,7 +283,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             records.append(record)
             for problem in record["validation_errors"]:
                 _say(rank, f"VALIDATION FAILED: {op.name} {shown}: {problem}")
-    progress.close()
+    finish("cxlmpi.bench", progress, args.quiet)
     meta = metadata(stock, settings, argv)
     wrapped.Free()
 
@@ -283,6 +301,57 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                        "measurements: cxlmpi's results differ from stock MPI's")
         status = max(status, _write_outputs(args, records, meta))
     return int(world.bcast(status, root=0))
+
+
+def plan_estimates(stock: MPI.Intracomm, cases: Sequence[tuple[Collective, int]],
+                   settings: Settings,
+                   iterations_of: Callable[[int], tuple[int, int]] = osu_iterations
+                   ) -> list[float]:
+    """Collective: about how many seconds each of `cases` will take to
+    measure, from this machine's speed (`time_speed`), the calls planned,
+    and (adaptive selection) whether the selection cache knows the class."""
+    speed = time_speed(stock)
+    known = stock.bcast(_cached_classes(stock.Get_size(), settings.buffers)
+                        if stock.Get_rank() == 0 else None, root=0)
+
+    def learns(name: str, total: int) -> bool:
+        return known is not None and name in config.COLLECTIVES and \
+            total >= config.get().threshold and \
+            (config.COLLECTIVES.index(name), size_class(total)) not in known
+
+    return [case_seconds(op, size, stock.Get_size(), settings, speed, iterations_of, learns)
+            for op, size in cases]
+
+
+def _cached_classes(nranks: int, buffers: str) -> set[tuple[int, int]] | None:
+    """(collective index, size class) of the selection cache's decisions for
+    this job and placement; None when nothing is learned (a pinned path)."""
+    cfg = config.get()
+    if not cfg.adaptive:
+        return None
+    fp = cache.fingerprint(nranks, MPI.Get_library_version(), cfg)
+    placement = PLACEMENTS.index(buffers)
+    return {(which, sc) for which, sc, pl in cache.load_cache(cache.cache_path(cfg), fp)
+            if pl == placement}
+
+
+def announce(prog: str, estimates: Sequence[float], enabled: bool, plan: str) -> Progress:
+    """Say (where `enabled`: rank 0 without --quiet) about how long the
+    plan will take, from the `estimates` of its steps (seconds), and return
+    the Progress that shows each step with the time elapsed and left."""
+    if enabled:
+        print(f"{prog}: {plan}: about {format_duration(sum(estimates))} (estimated from "
+              f"the calls planned and this machine's speed; --quiet: no progress lines)",
+              file=sys.stderr, flush=True)
+    return Progress(len(estimates), enabled, estimates)
+
+
+def finish(prog: str, progress: Progress, quiet: bool) -> None:
+    """End the progress lines, saying how long it took against the estimate."""
+    elapsed = progress.close()
+    if progress.enabled:
+        print(f"{prog}: took {format_duration(elapsed)} (estimated "
+              f"{format_duration(sum(progress.estimates))})", file=sys.stderr, flush=True)
 
 
 def _write_outputs(args: argparse.Namespace, records: list[dict[str, Any]],

@@ -14,16 +14,27 @@ import cxlmpi
 from cxlmpi import select
 from cxlmpi.select import learner
 
+from .bench import announce, finish
+from .measure import Speed, time_speed
 from .operations import Collective, make_buffers
-from .report import Progress, align_rows, format_size
+from .report import align_rows, format_size
 
-__all__ = ["fill_cache", "FILL_ROUNDS", "FILL_CALLS"]
+__all__ = ["fill_cache", "fill_seconds", "FILL_ROUNDS", "FILL_CALLS"]
 
 # Tries of each candidate path when filling the cache (online:
 # cxlmpi.select.learner.ROUNDS), and the most calls a class may take to settle.
 FILL_ROUNDS = 5
 FILL_CALLS = 2000
 
+
+def fill_seconds(op: Collective, requested: int, nranks: int, speed: Speed) -> float:
+    """About how long a class takes to settle: measured on a 2-core VM,
+    ~250 calls up to 128 KiB, then about 64 MiB's worth (4 MiB: 19 calls)."""
+    size = op.message_size(requested, nranks)
+    nsend, nrecv = op.counts(size // op.itemsize, nranks)
+    total = max(nsend, nrecv) * op.itemsize
+    calls = min(280, max(16, (64 << 20) // max(total, 1)))
+    return calls * speed.call(total) + 0.01
 
 
 def fill_cache(ops: Sequence[Collective], sizes: Sequence[int],
@@ -40,7 +51,11 @@ def fill_cache(ops: Sequence[Collective], sizes: Sequence[int],
     # pool buffers first: a class whose private calls settle on MPI would never
     # find out that pool-resident buffers run zero-copy (its placement stays)
     cases = [(kind, op, s) for kind in ("pool", "private") for op in ops for s in sizes]
-    progress = Progress(len(cases), enabled=world.Get_rank() == 0 and not args.quiet)
+    speed = time_speed(world)
+    progress = announce("cxlmpi.tune", [fill_seconds(op, s, nranks, speed)
+                                        for _, op, s in cases],
+                        world.Get_rank() == 0 and not args.quiet,
+                        f"{len(ops)} collectives x {len(sizes)} sizes x 2 placements")
     rows = []
     wrapped = None
     for kind, op, requested in cases:
@@ -68,7 +83,7 @@ def fill_cache(ops: Sequence[Collective], sizes: Sequence[int],
         rows.append((op.name, format_size(size), kind,
                      select.decision(wrapped, op.stat_key, total) or "-", str(calls)))
         del bufs, fn, fargs, warm, wargs
-    progress.close()
+    finish("cxlmpi.tune", progress, args.quiet)
     if wrapped is not None:
         wrapped.Free()
     if world.Get_rank() == 0:

@@ -22,7 +22,8 @@ from cxlmpi import config, select
 from .operations import Collective, make_buffers, validate
 
 __all__ = ["Settings", "measure", "metadata", "osu_iterations", "time_batch",
-           "MIN_ITERATIONS", "MIN_WARMUP"]
+           "MIN_ITERATIONS", "MIN_WARMUP", "Speed", "time_speed", "case_seconds",
+           "command_line"]
 
 # OSU micro-benchmarks: messages above LARGE_MESSAGE_SIZE get fewer calls.
 LARGE_MESSAGE_SIZE = 8 << 10
@@ -210,16 +211,103 @@ def measure(op: Collective, requested: int, stock: MPI.Intracomm, wrapped: MPI.I
 
 
 
+# ------------------------------------------------------------ how long
+
+
+@dataclass(frozen=True)
+class Speed:
+    """What calls cost on this machine, timed once before a plan runs
+    (`time_speed`): `call_s`, a Barrier's seconds (a collective's latency);
+    `collective_bps`, bytes per second of stock Allreduce and Bcast of 1 MiB
+    (what a loaded machine's collectives move, far below memcpy's);
+    `copy_bps`, bytes per second of one memcpy on every rank at once."""
+
+    call_s: float
+    collective_bps: float
+    copy_bps: float
+
+    def call(self, nbytes: int) -> float:
+        """Seconds of one collective moving `nbytes` per rank."""
+        return self.call_s + nbytes / self.collective_bps
+
+    def copy(self, nbytes: int) -> float:
+        return nbytes / self.copy_bps
+
+
+SPEED_NBYTES = 1 << 20
+
+
+def time_speed(comm: MPI.Intracomm) -> Speed:
+    """Collective: a few Barriers, stock Allreduces and Bcasts of 1 MiB and
+    memcpys; the slowest rank's figures (the same Speed on every rank)."""
+    comm = MPI.Intracomm(comm)      # (stock, whatever it is given)
+    src, dst = np.ones(SPEED_NBYTES // 8), np.empty(SPEED_NBYTES // 8)
+    calls = {"barrier": lambda: comm.Barrier(),
+             "allreduce": lambda: comm.Allreduce(src, dst),
+             "bcast": lambda: comm.Bcast(src),
+             "copy": lambda: np.copyto(dst, src)}
+    seconds = {}
+    for name, call in calls.items():
+        call()
+        comm.Barrier()
+        t0 = perf_counter()
+        for _ in range(5):
+            call()
+        seconds[name] = (perf_counter() - t0) / 5
+    figures = comm.allgather(seconds)
+    worst = {name: max(f[name] for f in figures) for name in calls}
+    per_byte = (worst["allreduce"] + worst["bcast"]) / 2 - worst["barrier"]
+    return Speed(worst["barrier"], SPEED_NBYTES / max(per_byte, 1e-9),
+                 SPEED_NBYTES / max(worst["copy"], 1e-9))
+
+
+def case_seconds(op: Collective, requested: int, nranks: int, settings: Settings,
+                 speed: Speed, iterations_of: Callable[[int], tuple[int, int]] = osu_iterations,
+                 learns: Callable[[str, int], bool] | None = None) -> float:
+    """About how long `measure` takes for `op` at `requested` bytes: per
+    round a timed batch of each side and a memcpy batch, the warm-ups, and
+    where adaptive selection has it to learn (`learns(collective, total
+    bytes)`) the calls it takes to settle."""
+    size = op.message_size(requested, nranks)
+    nsend, nrecv = op.counts(size // op.itemsize, nranks)
+    total = max(nsend, nrecv) * op.itemsize
+    iterations, warmup = iterations_of(total)
+    iterations = settings.iterations or iterations
+    warmup = warmup if settings.warmup is None else settings.warmup
+    per_round = 2 * (iterations + warmup) * speed.call(total) + \
+        (iterations + min(warmup, MIN_WARMUP)) * speed.copy(size)
+    # learning from nothing, settling took about a quarter of the loop's cap
+    # (2-core VM); a class the selection cache knows needs none
+    settle = max(100, min(SETTLE_CALLS, SETTLE_BYTES // max(total, 1))) // 4 \
+        if learns is not None and learns(op.stat_key, total) else 0
+    return settings.rounds * per_round + settle * speed.call(total) + 0.01
+
+
+def command_line(argv: Sequence[str], module: str, nranks: int) -> str:
+    """The command as a user would type it again: ``mpiexec -n N python -m
+    MODULE ARGS`` (the launcher's own options are not known here)."""
+    import shlex
+
+    return shlex.join(["mpiexec", "-n", str(nranks), "python", "-m", module, *argv])
+
+
 def metadata(comm: MPI.Intracomm, settings: Settings, argv: Sequence[str]) -> dict[str, Any]:
     """Where and how the figures were taken."""
+    import os
+
     import mpi4py
+
+    from cxlmpi.select.cache import cpu_model
 
     cfg = config.get()
     return {
         "tool": "cxlmpi.bench",
         "command": ["python", "-m", "cxlmpi.bench", *argv],
+        "command_line": command_line(argv, "cxlmpi.bench", comm.Get_size()),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": MPI.Get_processor_name(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
         "ranks": comm.Get_size(),
         "cxlmpi_version": cxlmpi.__version__,
         "mpi4py_version": mpi4py.__version__,

@@ -82,6 +82,7 @@ from cxlmpi.errors import CXLMPIConfigError
 from cxlmpi.select import cache
 from cxlmpi.tools import bench
 from cxlmpi.tools.fill import fill_cache
+from cxlmpi.tools.measure import command_line
 from cxlmpi.tools.report import align_rows
 
 __all__ = [
@@ -436,7 +437,9 @@ def measure_all(ops: Sequence[bench.Collective], sizes: Sequence[int],
     base = bench.Settings(rounds=args.rounds, iterations=None, warmup=None,
                           buffers="private", data_varying=False, validate=False)
     cases = [(op, s) for op in ops for s in sizes]
-    progress = bench.Progress(len(cases), enabled=stock.Get_rank() == 0 and not args.quiet)
+    progress = bench.announce("cxlmpi.tune", bench.plan_estimates(
+        stock, cases, base, tune_iterations), stock.Get_rank() == 0 and not args.quiet,
+        f"{len(ops)} collectives x {len(sizes)} sizes x {args.rounds} rounds")
     results = []
     for op in ops:
         records: list[dict[str, Any]] = []
@@ -463,7 +466,7 @@ def measure_all(ops: Sequence[bench.Collective], sizes: Sequence[int],
                 _say(f"{op.name} never ran through the pool (at these sizes, ranks and "
                      "settings): written as null, MPI at every size")
             results.append(Result(op.name, records, window))
-    progress.close()
+    bench.finish("cxlmpi.tune", progress, args.quiet)
     return results
 
 
@@ -538,6 +541,7 @@ def _finish(args: argparse.Namespace, argv: Sequence[str], results: list[Result]
     if args.report:
         meta = dict(meta, tool="cxlmpi.tune",
                     command=["python", "-m", "cxlmpi.tune", *argv],
+                    command_line=command_line(argv, "cxlmpi.tune", nranks),
                     date=datetime.datetime.now(datetime.timezone.utc).isoformat(
                         timespec="seconds"))
         meta["tune"] = {"margin": args.margin, "min_size": args.min_size,

@@ -201,9 +201,18 @@ def pool_table_markdown() -> str:
               "`Barrier` carries no data: it takes the pool once the communicator has a "
               "pool, and only with `CXLMPI_ORDERING=0` (with ordering, MPI's own barrier "
               "already does its work).", ""]
-    if extra:
-        lines += ["Also defined by cxlmpi, beside the collectives above: "
-                  + ", ".join(f"`{m}`" for m in extra) + ".", ""]
+    from cxlmpi._shim import POSTED_TO_POOL
+
+    posted = [m for m in extra if m in POSTED_TO_POOL]
+    counted = [m for m in extra if m not in POSTED_TO_POOL]
+    if posted:
+        lines += ["Nonblocking and persistent forms that take the pool under their "
+                  "blocking form's rules (run by the pool's worker thread; see "
+                  "*Nonblocking and persistent collectives*): "
+                  + ", ".join(f"`{m}`" for m in posted) + ".", ""]
+    if counted:
+        lines += ["Defined by cxlmpi only to count their calls (`cxlmpi.stats()`), they "
+                  "go to MPI: " + ", ".join(f"`{m}`" for m in counted) + ".", ""]
     lines += ["Inherited from mpi4py unchanged, so they always go to MPI: "
               + ", ".join(f"`{m}`" for m in passed) + "."]
     return "\n".join(lines)

@@ -133,7 +133,8 @@ cdef class _Collectives(_Arenas):
             self._raise(rc, what)
         if not reserved:
             self.short = True
-            cxl_no_space(READY_WHAT, self.lazy_nbytes)
+            free_nbytes, where = free_space(self.fd)
+            warn_no_space(READY_WHAT.decode(), self.lazy_nbytes, free_nbytes, where)
             raise PoolFailure(ERR_PASSED, -1, what)
         with nogil:
             prefault(self.st.base, self.st.slot_offset, self.st.slot_offset + self.lazy_nbytes)

@@ -19,9 +19,13 @@ cdef extern from *:
     """
     #include <stdio.h>
     static int cxl_warned_no_space = 0;
+    static int cxl_first_no_space(void)
+    {
+        return !__atomic_exchange_n(&cxl_warned_no_space, 1, __ATOMIC_ACQ_REL);
+    }
     static void cxl_no_space(const char *what, size_t nbytes)
     {
-        if (__atomic_exchange_n(&cxl_warned_no_space, 1, __ATOMIC_ACQ_REL)) return;
+        if (!cxl_first_no_space()) return;
         fprintf(stderr, "cxlmpi: warning: not enough shared memory (/dev/shm or the "
                 "pool file is full, or the address space is limited: ulimit -v) for "
                 "%zu more bytes of %s. Give the job more (e.g. docker run "
@@ -31,6 +35,7 @@ cdef extern from *:
     }
     """
     void cxl_no_space(const char *what, size_t nbytes) nogil
+    int cxl_first_no_space() nogil
 
 
 cdef extern from "cxl_alloc.h" nogil:
@@ -50,10 +55,73 @@ cdef const char *READY_WHAT = (b"a communicator's pool (its calls go to MPI; a n
                                b"communicator asks again)")
 
 
-def warn_no_space(str what, size_t nbytes):
+def warn_no_space(str what, size_t nbytes, object free_nbytes=None, str where=""):
     """Say, once per process, that `nbytes` of pool memory for `what` could
-    not be had (later calls stay silent)."""
-    cxl_no_space(what.encode(), nbytes)
+    not be had (later calls stay silent).  With `free_nbytes`, the free
+    space found in `where` (for a communicator's pool): name the
+    CXLMPI_POOL_SIZE that fits (`no_space_message`)."""
+    if free_nbytes is None:
+        cxl_no_space(what.encode(), nbytes)
+    elif cxl_first_no_space():
+        sys.stderr.write(no_space_message(what, nbytes, free_nbytes, where) + "\n")
+        sys.stderr.flush()
+
+
+# The smallest pool size suggested: below it a pool holds too little to
+# beat MPI (a data half of a few pages per rank).
+MIN_POOL_SUGGESTED = 1 << 20
+
+
+def pool_size_that_fits(size_t free_nbytes):
+    """The CXLMPI_POOL_SIZE (bytes) that `free_nbytes` of free shared memory
+    holds: the largest power of two no larger, so that a pool of it fits
+    with room to spare (for pool arrays, another communicator's pool); 0
+    where less than MIN_POOL_SUGGESTED is free."""
+    if free_nbytes < MIN_POOL_SUGGESTED:
+        return 0
+    return 1 << (free_nbytes.bit_length() - 1)
+
+
+def _size_text(size_t nbytes):
+    """'32M', '512K': a size as CXLMPI_POOL_SIZE takes it (a power of two)."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if nbytes and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift}{unit}"
+    return str(nbytes)
+
+
+def no_space_message(str what, size_t nbytes, size_t free_nbytes, str where):
+    """The warning for a communicator's pool that did not fit in the
+    `free_nbytes` free in `where`: what it needed, the pool size that fits
+    (`pool_size_that_fits`) as the setting and the option that set it."""
+    fits = pool_size_that_fits(free_nbytes)
+    head = (f"cxlmpi: warning: not enough shared memory for {what}: it needs {nbytes} "
+            f"more bytes, and {where} has {free_nbytes} free "
+            f"({free_nbytes / (1 << 20):.1f} MiB). ")
+    if fits:
+        advice = (f"CXLMPI_POOL_SIZE={_size_text(fits)} fits (python -m cxlmpi --pool-size "
+                  f"{_size_text(fits)}), or give the job more shared memory (e.g. docker "
+                  f"run --shm-size=1g)")
+    else:
+        advice = ("No pool fits there: give the job more shared memory (e.g. docker run "
+                  "--shm-size=1g), or free some")
+    return head + advice + "; this warning is not repeated."
+
+
+def free_space(int fd):
+    """(bytes free, where) on the filesystem of `fd`: "/dev/shm" when that
+    is it, else "the pool file's filesystem"; (None, "") where it cannot be
+    told."""
+    try:
+        here = os.fstatvfs(fd)
+    except OSError:
+        return None, ""
+    try:
+        shm = os.statvfs(SHM_DIR)
+        where = SHM_DIR if shm.f_fsid == here.f_fsid else "the pool file's filesystem"
+    except OSError:
+        where = "the pool file's filesystem"
+    return here.f_bavail * here.f_frsize, where
 
 
 cdef str shortage(int err):

@@ -505,6 +505,13 @@ def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_
         self, sendbuf, recvbuf, op, info)) if plan is None else _persistent(self, plan)
 
 
+# The posted forms the pool can take (the others count their calls and go
+# to MPI); the reference's pool table reads it.
+POSTED_TO_POOL = (
+    "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
+    "Ialltoall", "Ireduce_scatter_block", "Barrier_init", "Bcast_init", "Reduce_init",
+    "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init", "Alltoall_init",
+    "Reduce_scatter_block_init")
 NONBLOCKING_METHODS = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
     "Ialltoall", "Ireduce_scatter_block", "Iallgatherv", "Igather", "Igatherv", "Iscatter",
