@@ -14,7 +14,10 @@ import pytest
 from harness import run_mpi
 
 SCRIPT = "tests/scripts/nonblocking.py"
-POOL = {"CXLMPI_TUNING": "pool", "CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}
+# Every size through the pool (CXLMPI_NONBLOCKING_THRESHOLD=0): the tests'
+# messages are small, to stay quick.
+ANY = {"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off", "CXLMPI_NONBLOCKING_THRESHOLD": "0"}
+POOL = {**ANY, "CXLMPI_TUNING": "pool"}
 
 
 def result(env: dict[str, str], nranks: int, scenario: str, *args: str) -> dict:
@@ -44,18 +47,20 @@ def test_adaptive_selection_posts_too() -> None:
     """Under the default adaptive selection the posted calls follow the
     classes' settled paths (an unsettled class: the pool) and still agree
     with stock."""
-    out = result({"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}, 2, "each")
+    out = result(ANY, 2, "each")
     assert out["ok"], out["problems"]
     assert out["posted"] > 0, out
 
 
 @pytest.mark.parametrize("env", [{"MPI4PY_RC_THREAD_LEVEL": "serialized"},
-                                 {"CXLMPI_NONBLOCKING": "0"}],
-                         ids=["serialized", "off"])
+                                 {"CXLMPI_NONBLOCKING": "0"},
+                                 {"CXLMPI_NONBLOCKING_THRESHOLD": "2M"}],
+                         ids=["serialized", "off", "below-threshold"])
 def test_without_a_worker_every_call_goes_to_mpi(env: dict[str, str]) -> None:
     """Where MPI was started below MPI_THREAD_MULTIPLE (the worker thread
-    could not complete requests) or with CXLMPI_NONBLOCKING=0, every
-    posted call passes to MPI, with stock's values."""
+    could not complete requests), with CXLMPI_NONBLOCKING=0, or for calls
+    below CXLMPI_NONBLOCKING_THRESHOLD (2 MiB here, above every message of
+    the scenario), every posted call passes to MPI, with stock's values."""
     out = result({**POOL, **env}, 2, "each")
     assert out["ok"], out["problems"]
     assert out["posted"] == 0 and out["passed"] > 0, out
@@ -92,6 +97,6 @@ def test_a_call_no_peer_posts_times_out() -> None:
 def test_posted_calls_run_the_variant_their_class_settled_on() -> None:
     """A class settled on a pool variant (pinned here, every variant in
     turn) posts its calls with that variant, and they agree with stock."""
-    out = result({"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off"}, 2, "variants")
+    out = result(ANY, 2, "variants")
     assert out["ok"], out["problems"]
     assert out["posted"] > 0, out

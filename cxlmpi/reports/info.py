@@ -30,8 +30,8 @@ POOL_TABLE = (
      "sizes in the CXLMPI_TUNING window (below)"),
     ("Gatherv, Scatterv, Alltoallv", "path and length agreed in a header step"),
     ("Barrier", "once the communicator has a pool"),
-    ("Ibcast, Iallreduce, ... and Bcast_init, Allreduce_init, ...",
-     "as the blocking form, under MPI_THREAD_MULTIPLE (CXLMPI_NONBLOCKING)"),
+    ("nonblocking (Iallreduce, ...) and persistent (Allreduce_init, ...)",
+     "as the blocking form, >= CXLMPI_NONBLOCKING_THRESHOLD, under MPI_THREAD_MULTIPLE"),
 )
 
 

@@ -40,6 +40,7 @@ cdef object _start_request = None    # requests.start(comm, plan): the request
 cdef object _persistent = None       # requests.persistent(comm, plan, stock)
 # CXLMPI_NONBLOCKING, MPI_THREAD_MULTIPLE, and MPI_Grequest_complete found
 cdef bint nb_on = False
+cdef Py_ssize_t nb_floor = 0     # CXLMPI_NONBLOCKING_THRESHOLD
 
 
 cdef void nb_complete(uintptr_t request, uintptr_t order, int *rc) noexcept nogil:
@@ -62,9 +63,11 @@ def bind_requests(start, persistent):
     _start_request, _persistent = start, persistent
 
 
-def configure_nonblocking(bint on):
-    """(cxlmpi.config) CXLMPI_NONBLOCKING, where this MPI can host it."""
-    global nb_on
+def configure_nonblocking(bint on, Py_ssize_t threshold):
+    """(cxlmpi.config) CXLMPI_NONBLOCKING, where this MPI can host it, and
+    CXLMPI_NONBLOCKING_THRESHOLD."""
+    global nb_on, nb_floor
+    nb_floor = threshold
     path = getattr(MPI, "__file__", None)
     nb_on = (on and found and path is not None and MPI.Is_initialized()
              and MPI.Query_thread() == MPI.THREAD_MULTIPLE
@@ -87,7 +90,7 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     (MPI): the communicator's pool (set up on its first call: collective,
     as for the blocking calls) on one host and ready, and its routes'
     settled path for the class (an unsettled one: the pool's default)."""
-    if not within(which, nbytes):
+    if not within(which, nbytes) or nbytes < nb_floor and which != BARRIER:
         return None
     state = state_of(comm, which)
     if state is None or state.hosts > 1 or type(state.pool) is not Pool:

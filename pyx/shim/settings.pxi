@@ -84,7 +84,7 @@ def configure(cfg):
     straight = found and not disabled
     time_all = cfg.stats
     order_timeout_s = cfg.timeout
-    configure_nonblocking(cfg.nonblocking and not disabled)
+    configure_nonblocking(cfg.nonblocking and not disabled, cfg.nonblocking_threshold)
     configured = True
 
 
