@@ -129,6 +129,7 @@ def judge(stock: list[float], shim: list[float], cores: int,
                      + (f", every pair agreeing ({spread})." if every and len(pairs) > 1
                         else f", but the pairs range {spread}: run more --repeat."
                         if len(pairs) > 1 else " (one pair: run more --repeat)."))
+    off = None
     if control is not None:
         off = paired_speedup(stock, control)
         lines.append(f"control, cxlmpi with CXLMPI_DISABLE=1 (in place, every call to "
@@ -139,7 +140,7 @@ def judge(stock: list[float], shim: list[float], cores: int,
                      "CXLMPI_DISABLE=1 (cxlmpi in place, every call to MPI) to each pair.")
     return {"trust": "paired", "speedup": paired, "ratio_of_medians": ratio,
             "paired": paired, "pairs": pairs, "drifted": drifted, "noise": noise,
-            "verdict": verdict, "lines": lines}
+            "verdict": verdict, "control": off, "lines": lines}
 
 
 # ------------------------------------------------------------ running

@@ -25,7 +25,8 @@ def main() -> int:
             sys.exit(f"regen_tables: no {name} table in the generator's output")
         path = ROOT / page
         text = path.read_text()
-        new = re.sub(rf"<!-- {name}:.*?<!-- end of {name} -->", lambda _m: block.group(0),
+        table = block.group(0)
+        new = re.sub(rf"<!-- {name}:.*?<!-- end of {name} -->", lambda _m, t=table: t,
                      text, count=1, flags=re.S)
         if new != text:
             path.write_text(new)

@@ -249,10 +249,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.overlap:
         records = run_overlap(args, sizes)
+        meta = metadata(world, Settings(rounds=args.rounds, iterations=args.iterations,
+                                        warmup=args.warmup, buffers=args.buffers,
+                                        data_varying=False, validate=False), argv)
+        meta["bench"]["method"] = "OSU overlap: post, compute, wait (cxlmpi.tools.overlap)"
+        meta["mode"] = "overlap"
         if rank == 0 and args.json:
-            write_json(args.json, records, {"tool": "cxlmpi.bench --overlap",
-                                            "command": ["python", "-m", "cxlmpi.bench",
-                                                        *argv], "ranks": world.Get_size()})
+            write_json(args.json, records, meta)
         return 0
     if args.learning:
         # Learning from nothing: no cache read when a pool is set up, none

@@ -62,17 +62,36 @@ class Run:
         return {(r["op"], r["size"]): r for r in self.records}
 
 
-def load() -> list[Run]:
-    """The runs of results/, controls attached to the run they control;
-    a control without a run stands alone."""
-    runs = []
+def _files(kind: str) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, data) of every results file of `kind`: "sweep" (python -m
+    cxlmpi.bench --json), "overlap" (... --overlap --json) or "program"
+    (tools/compare.py --json), by folder."""
+    out = []
     for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []:
-        found = []
         for path in sorted(folder.glob("*.json")):
             data = json.loads(path.read_text())
-            if data.get("metadata", {}).get("tool") != "cxlmpi.bench":
-                raise ValueError(f"{path}: not a results file of python -m cxlmpi.bench --json")
-            found.append(Run(path, data["metadata"], data["records"]))
+            meta = data.get("metadata", {})
+            if meta.get("tool") == "tools/compare.py":
+                found = "program"
+            elif meta.get("tool") == "cxlmpi.bench":
+                found = "overlap" if meta.get("mode") == "overlap" else "sweep"
+            else:
+                raise ValueError(f"{path}: not a results file of python -m cxlmpi.bench "
+                                 f"--json or tools/compare.py --json")
+            if found == kind:
+                out.append((path, data))
+    return out
+
+
+def load(kind: str = "sweep") -> list[Run]:
+    """The runs of results/ (of `kind`: see _files), controls attached to the
+    run they control; a control without a run stands alone."""
+    runs = []
+    by_folder: dict[Path, list[Run]] = {}
+    for path, data in _files(kind):
+        by_folder.setdefault(path.parent, []).append(Run(path, data["metadata"],
+                                                         data["records"]))
+    for found in by_folder.values():
         controls = [run for run in found if run.is_control]
         for run in found:
             if run.is_control:
@@ -248,12 +267,63 @@ def generate(plots: bool = True, write: bool = True) -> str:
                   "rounds; ✕: the calls went to MPI, ◆: some did)"
                   + (" / the control's." if run.control else "."), "",
                   table(run), ""]
+    parts += overlap_part() + programs_part()
     if not parts:
         parts = ["No results files are committed yet (results/*/*.json).", ""]
     text = "\n".join(parts)
     if write:
         PAGE.write_text(text)
     return text
+
+
+def overlap_part() -> list[str]:
+    """Per run of `python -m cxlmpi.bench --overlap`: a table of the
+    nonblocking collectives with compute between post and wait."""
+    parts = []
+    for run in load("overlap"):
+        theirs = run.control.by_key() if run.control else {}
+        title = f"{run.name}" + (" (control)" if run.is_control and not run.control else "")
+        parts += [f"## Overlap: {title}", "", describe(run) + ".", "", "```sh", command(run)]
+        if run.control:
+            parts.append(command(run.control))
+        parts += ["```", "", "Per nonblocking collective and size: the pure time of a call "
+                  "posted and waited for at once, stock / cxlmpi; OSU's overlap (compute "
+                  "between post and wait, as long as the pure time); and the speedup of "
+                  "post + compute + wait (stock time / cxlmpi time)"
+                  + (" / the control's." if run.control else "."), "",
+                  "| collective | size | pure (µs) | overlap | speedup |",
+                  "|---|---:|---:|---:|---:|"]
+        for r in run.records:
+            control = theirs.get((r["op"], r["size"]))
+            parts.append(
+                f"| {r['op']} | {size_label(r['size'])} | {r['stock_pure_us']:.0f} / "
+                f"{r['cxlmpi_pure_us']:.0f} | {r['stock_overlap_pct']:.0f} % / "
+                f"{r['cxlmpi_overlap_pct']:.0f} % | {r['speedup']:.2f}x"
+                + (f" / {control['speedup']:.2f}x" if control else "") + " |")
+        parts.append("")
+    return parts
+
+
+def programs_part() -> list[str]:
+    """Per tools/compare.py results file: the program, the command, the
+    speedup to trust and the control's."""
+    files = _files("program")
+    if not files:
+        return []
+    parts = ["## Whole programs", "", "| program | ranks | speedup (per pair) | control "
+             "| verdict | results agree | date, CPU |", "|---|---:|---:|---:|---|---|---|"]
+    commands = []
+    for path, data in files:
+        meta, summary = data["metadata"], data["summary"]
+        trusted = summary.get("program_time_s") or summary["wall_s"]
+        control = trusted.get("control")
+        parts.append(f"| `{path.parent.name}/{path.stem}` | {meta.get('ranks', '?')} | "
+                     f"{trusted['paired']:.2f}x | "
+                     + (f"{control:.2f}x" if isinstance(control, float) else "—")
+                     + f" | {trusted['verdict']} | {'yes' if data['results_agree'] else 'NO'}"
+                     f" | {meta.get('date', NOT_RECORDED)}, {meta.get('cpu') or NOT_RECORDED} |")
+        commands.append(meta.get("command", "tools/compare.py"))
+    return parts + ["", "Commands:", "", "```sh", *commands, "```", ""]
 
 
 def setup(app: Any) -> dict[str, Any]:

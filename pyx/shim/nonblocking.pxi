@@ -41,6 +41,11 @@ cdef object _persistent = None       # requests.persistent(comm, plan, stock)
 # CXLMPI_NONBLOCKING, MPI_THREAD_MULTIPLE, and MPI_Grequest_complete found
 cdef bint nb_on = False
 cdef Py_ssize_t nb_floor = 0     # CXLMPI_NONBLOCKING_THRESHOLD
+# Ialltoall takes the pool only under CXLMPI_TUNING=pool: run by the worker
+# it was slower than stock's at most sizes (2 ranks, 2-core VM, bench
+# --overlap: 0.62-1.01x with private buffers, 0.68-1.35x with pool ones),
+# while the blocking Alltoall's own selection keeps MPI where MPI wins.
+cdef bint nb_alltoall = False
 
 
 cdef void nb_complete(uintptr_t request, uintptr_t order, int *rc) noexcept nogil:
@@ -63,11 +68,13 @@ def bind_requests(start, persistent):
     _start_request, _persistent = start, persistent
 
 
-def configure_nonblocking(bint on, Py_ssize_t threshold):
+def configure_nonblocking(bint on, Py_ssize_t threshold, bint everything=False):
     """(cxlmpi.config) CXLMPI_NONBLOCKING, where this MPI can host it, and
-    CXLMPI_NONBLOCKING_THRESHOLD."""
-    global nb_on, nb_floor
+    CXLMPI_NONBLOCKING_THRESHOLD; `everything` (CXLMPI_TUNING=pool): every
+    posted form the pool serves takes it, Ialltoall too."""
+    global nb_on, nb_floor, nb_alltoall
     nb_floor = threshold
+    nb_alltoall = everything
     path = getattr(MPI, "__file__", None)
     nb_on = (on and found and path is not None and MPI.Is_initialized()
              and MPI.Query_thread() == MPI.THREAD_MULTIPLE
@@ -268,7 +275,7 @@ cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
 cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
     """Iallgather and Ialltoall: decided from the block each rank sends (all
     send alike)."""
-    if not nb_on or disabled:
+    if not nb_on or disabled or which == ALLTOALL and not nb_alltoall:
         return None
     cdef int size = comm_size(comm), rank = comm_rank(comm), q
     cdef bint inplace = sendbuf is _IN_PLACE
@@ -512,8 +519,8 @@ def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_
 # to MPI); the reference's pool table reads it.
 POSTED_TO_POOL = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
-    "Ialltoall", "Ireduce_scatter_block", "Barrier_init", "Bcast_init", "Reduce_init",
-    "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init", "Alltoall_init",
+    "Ireduce_scatter_block", "Barrier_init", "Bcast_init", "Reduce_init",
+    "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init",
     "Reduce_scatter_block_init")
 NONBLOCKING_METHODS = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",

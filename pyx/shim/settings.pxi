@@ -84,7 +84,8 @@ def configure(cfg):
     straight = found and not disabled
     time_all = cfg.stats
     order_timeout_s = cfg.timeout
-    configure_nonblocking(cfg.nonblocking and not disabled, cfg.nonblocking_threshold)
+    configure_nonblocking(cfg.nonblocking and not disabled, cfg.nonblocking_threshold,
+                          cfg.tuning == "pool")
     configured = True
 
 
