@@ -303,9 +303,8 @@ VARIABLES: tuple[Variable, ...] = (
              "Smallest nonblocking or persistent collective (bytes, all blocks together) "
              "that goes through the pool; smaller ones go to MPI. A posted call pays a "
              "generalized request and a hand-over to the worker thread and back, which "
-             "smaller calls do not earn back: on the 2-core VM, 2 ranks, `Ialltoall` and "
-             "`Ibcast` of 128-512 KiB ran at 0.35-0.9x of stock through the pool (see "
-             "*Performance*).",
+             "smaller calls do not earn back (measured with `python -m cxlmpi.bench "
+             "--overlap`; the figures are on the *Performance* page).",
              agreed=True),
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit. The object "

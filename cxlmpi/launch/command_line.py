@@ -85,7 +85,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--info",), command="info", words=("--all", "--cache", "--markdown"),
            help="print version, MPI library, the pool and the settings that differ from "
                 "their defaults, and exit (--all: every setting and the windows; --cache: "
-                "the selection cache's entries for this job; --markdown: the README's "
+                "the selection cache's entries for this job; --markdown: the reference's "
                 "tables of settings and options)"),
     Option(("--pool-status",), command="status",
            help="print the partition table of a pool file or device"),

@@ -29,9 +29,10 @@ POOL_TABLE = (
     ("Bcast, Allgather(v), Alltoall(v), Gather(v), Scatter(v)",
      "sizes in the CXLMPI_TUNING window (below)"),
     ("Gatherv, Scatterv, Alltoallv", "path and length agreed in a header step"),
-    ("Barrier", "once the communicator has a pool"),
+    ("Barrier", "with CXLMPI_ORDERING=0, once the communicator has a pool"),
     ("nonblocking (Iallreduce, ...) and persistent (Allreduce_init, ...)",
-     "as the blocking form, >= CXLMPI_NONBLOCKING_THRESHOLD, under MPI_THREAD_MULTIPLE"),
+     "as the blocking form, >= CXLMPI_NONBLOCKING_THRESHOLD, under MPI_THREAD_MULTIPLE "
+     "(Ialltoall: with CXLMPI_TUNING=pool only)"),
 )
 
 

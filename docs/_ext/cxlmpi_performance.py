@@ -315,8 +315,15 @@ def programs_part() -> list[str]:
     commands = []
     for path, data in files:
         meta, summary = data["metadata"], data["summary"]
-        trusted = summary.get("program_time_s") or summary["wall_s"]
+        key = "program_time_s" if "program_time_s" in summary else "wall_s"
+        trusted = summary[key]
         control = trusted.get("control")
+        if control is None:   # (files written before compare.py recorded it)
+            arms = {arm: [r[key] for r in data["runs"] if r["arm"] == arm]
+                    for arm in ("stock MPI", "control")}
+            if arms["control"]:
+                control = statistics.median(s / c for s, c in zip(arms["stock MPI"],
+                                                                 arms["control"]))
         parts.append(f"| `{path.parent.name}/{path.stem}` | {meta.get('ranks', '?')} | "
                      f"{trusted['paired']:.2f}x | "
                      + (f"{control:.2f}x" if isinstance(control, float) else "—")
