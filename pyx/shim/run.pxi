@@ -46,25 +46,6 @@ cdef inline bint alone(int which, uint64_t local, int size) noexcept:
     return not within(which, nbytes)
 
 
-cdef inline bint settled_on_mpi(object state, int which, Py_ssize_t nbytes) noexcept:
-    """Whether a call of `nbytes` (this rank's view: 1 + its largest block,
-    times the ranks) falls in a class the routes settled on MPI, outside
-    the run being timed.  Such a rank sends the call to MPI at once, with
-    a pass mark that a peer whose view differs follows from the header
-    step: a class settled on MPI then costs no header step, as it costs
-    none for the collectives whose sizes every rank knows (`skip`).  The
-    step cost Gather and Scatter at 64-256 KiB, on MPI, 1.3-6 us a call
-    (0.80-0.89x of stock on 2 ranks)."""
-    cdef Routes r = state.routes
-    if r is None or nbytes < 0:
-        return False
-    cdef int sc = cxl_size_class(nbytes)
-    cdef int pl = r.where[which][sc]
-    if r.choice[which][sc][pl] != 0 or r.ops_ptr[0] >= r.due[which][sc][pl]:
-        return False
-    return not (which == r.run_which and sc == r.run_sc and pl == r.run_pl)
-
-
 cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
                   int root=-1, uint64_t pairs=0, object refused=None):
     """(state, agreed, path code) for a v-collective: in a header step every
@@ -87,8 +68,7 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
         if refused is not None:
             raise refused
         return None, 0, 0
-    if refused is None and (alone(which, local, size) or
-                            settled_on_mpi(state, which, <Py_ssize_t>(local - 1) * size)):
+    if refused is None and alone(which, local, size):
         return None, 0, 0
     cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
