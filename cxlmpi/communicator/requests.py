@@ -119,10 +119,14 @@ def _raise_failure(record: _Record, wait: Any, request: MPI.Request) -> None:
     raise error
 
 
-class PoolRequest(MPI.Grequest):
-    """The request of a nonblocking collective that runs in the pool."""
+class _WaitsForTheWorker:
+    """Wait/wait/Test of a request whose call the pool's worker runs:
+    sleep until it has run (instead of spinning in MPI's progress loop),
+    raise cxlmpi's error if it failed, then let MPI complete the request
+    (`_mpi`: the MPI request class whose methods do that)."""
 
-    __slots__ = ("_record",)
+    __slots__ = ()
+    _mpi: Any = MPI.Request
 
     def _ran(self) -> None:
         record = getattr(self, "_record", None)
@@ -132,22 +136,29 @@ class PoolRequest(MPI.Grequest):
         record.op.wait()
         _shim.nb_wait_seconds(record.plan.which, time.perf_counter() - t0)
         self._record = None
-        _raise_failure(record, MPI.Grequest.Wait, self)
+        _raise_failure(record, self._mpi.Wait, self)
 
     def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
         self._ran()
-        return MPI.Grequest.Wait(self, status)
+        return self._mpi.Wait(self, status)
 
     def wait(self, status: MPI.Status | None = None) -> Any:
         self._ran()
-        return MPI.Grequest.wait(self, status)
+        return self._mpi.wait(self, status)
 
     def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
         record = getattr(self, "_record", None)
         if record is not None and not record.op.done:
             return False
         self._ran()
-        return MPI.Grequest.Test(self, status)
+        return self._mpi.Test(self, status)
+
+
+class PoolRequest(_WaitsForTheWorker, MPI.Grequest):
+    """The request of a nonblocking collective that runs in the pool."""
+
+    __slots__ = ("_record",)
+    _mpi = MPI.Grequest
 
     def Free(self) -> None:  # noqa: N802
         # MPI: freeing a collective's request is erroneous; here the call
@@ -171,10 +182,11 @@ _HANDLE = ctypes.c_int if MPI._sizeof(MPI.Request) == ctypes.sizeof(ctypes.c_int
     else ctypes.c_void_p
 
 
-class PersistentRequest(MPI.Prequest):
+class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
     """A persistent collective that runs in the pool (planned at *_init)."""
 
     __slots__ = ("_comm", "_plan", "_record", "_freed")
+    _mpi = MPI.Prequest
 
     def _take(self, greq: MPI.Grequest) -> None:
         _HANDLE.from_address(MPI._addressof(self)).value = \
@@ -203,30 +215,6 @@ class PersistentRequest(MPI.Prequest):
                 r.Start()
         if stock:
             MPI.Prequest.Startall(stock)
-
-    def _ran(self) -> None:
-        record = self._record
-        if record is None:
-            return
-        t0 = time.perf_counter()
-        record.op.wait()
-        _shim.nb_wait_seconds(record.plan.which, time.perf_counter() - t0)
-        self._record = None
-        _raise_failure(record, MPI.Prequest.Wait, self)
-
-    def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
-        self._ran()
-        return MPI.Prequest.Wait(self, status)
-
-    def wait(self, status: MPI.Status | None = None) -> Any:
-        self._ran()
-        return MPI.Prequest.wait(self, status)
-
-    def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
-        if self._record is not None and not self._record.op.done:
-            return False
-        self._ran()
-        return MPI.Prequest.Test(self, status)
 
     def Free(self) -> None:  # noqa: N802
         """Free the request (once inactive, as MPI requires)."""

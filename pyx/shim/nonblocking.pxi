@@ -37,7 +37,7 @@ cdef double nb_waited[NCOLL]
 # cxlmpi.communicator.requests (each holds its messages' buffers).
 cdef list _live = []
 cdef object _start_request = None    # requests.start(comm, plan): the request
-cdef object _persistent = None       # requests.persistent(comm, plan, stock)
+cdef object _persistent = None       # requests.persistent(comm, plan): the request
 # CXLMPI_NONBLOCKING, MPI_THREAD_MULTIPLE, and MPI_Grequest_complete found
 cdef bint nb_on = False
 cdef Py_ssize_t nb_floor = 0     # CXLMPI_NONBLOCKING_THRESHOLD
