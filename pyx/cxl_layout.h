@@ -62,7 +62,11 @@ typedef struct {
                             *      [1] bytes (the same on every rank)
                             *      [2] its share of the block checksum */
     uint64_t passed;       /* +112 its last call sent to MPI */
-    uint64_t pad1;         /* +120 */
+    uint64_t broken;       /* +120 0, or the call at which this rank found
+                            *      the ranks' calls out of step (a peer's
+                            *      first step of a call it made no step of):
+                            *      the peers raise the mismatch too, instead
+                            *      of waiting for a step that never comes */
     /* line 2: written only when this rank falls asleep, wakes, or waits on
      * another CPU; read by every peer after each store of its seq or
      * passed (a pass-through call among them): kept out of lines 0 and 1

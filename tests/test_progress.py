@@ -17,6 +17,7 @@ from harness import cpu_bound_neighbour, launch_mpi, run_mpi
 OVERLAP = "tests/scripts/overlap.py"
 MISMATCH = "tests/scripts/mismatch.py"
 FOLLOW_RACE = "tests/scripts/follow_race.py"
+RUN_AHEAD = "tests/scripts/run_ahead.py"
 ORDERING = "tests/scripts/ordering.py"
 
 
@@ -166,6 +167,23 @@ def test_a_passed_call_never_stands_for_the_next(nranks: int) -> None:
     env = {"CXLMPI_TUNING": "pool", "CXLMPI_THRESHOLD": "1K", "CXLMPI_TIMEOUT": "30"}
     proc = run_mpi(nranks, [FOLLOW_RACE, "1000"], env=env, timeout=120)
     assert tagged(proc.stdout, "RESULT") == {"errors": [], "wrong": 0}
+
+
+def test_a_rank_that_followed_may_run_ahead_of_a_slow_peer() -> None:
+    """Rank 0 follows rank 1's pass of a Scatter to MPI, runs through three
+    Bcasts that complete without rank 2, and reaches a pool Allreduce
+    while rank 2 (slow: it waits for a message rank 0 sends last) only then
+    publishes its first step of the Scatter.  That late step is of a call
+    rank 0 followed, not a mismatch: it was read as one when rank 0 had
+    passed more calls on its own since (a CXLMPIMismatchError on rank 0,
+    its peers left waiting: mpi4py's test_cco_buf at 3 oversubscribed
+    ranks).  The window is a preemption between rank 2's publishing and its
+    look at rank 0: 3 ranks on the cores with a CPU-bound process beside
+    them; 1000 rounds, every value equals stock's."""
+    env = {"CXLMPI_TUNING": "pool", "CXLMPI_THRESHOLD": "1024", "CXLMPI_TIMEOUT": "30"}
+    with cpu_bound_neighbour():
+        proc = run_mpi(3, [RUN_AHEAD, "1000", "3"], env=env, timeout=180)
+    assert tagged(proc.stdout, "RESULT") == {"errors": [], "same": True}
 
 
 def test_a_rank_in_mpi_takes_its_peers_along() -> None:

@@ -184,6 +184,13 @@ class Hierarchy:
             return self._signed
         return self.pool.signatures() if self.pool is not None else []
 
+    def out_of_step(self) -> list[int]:
+        """The ranks of this group that found its calls out of step (see
+        Pool.out_of_step), as ranks of the communicator."""
+        if self.pool is None:
+            return []
+        return [self.groups[self.group][q] for q in self.pool.out_of_step()]
+
     def barrier(self) -> None:
         self._count()
         self._local("barrier")

@@ -347,6 +347,18 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
         return CXLMPIMismatchError(
             head + "a rank sends a block of a size its receiver does not expect "
             "(the counts of the ranks must agree, as MPI requires)")
+    found = pool.out_of_step() if pool is not None else []
+    if found:
+        # Not stopped at the same step: one rank saw another's step of a call
+        # it made no step of.  Its pool is of no use to these calls any more.
+        err = CXLMPIMismatchError(
+            head + f"rank{'s' if len(found) > 1 else ''} {', '.join(map(str, found))} "
+            "found them out of step (a rank made a collective call on this communicator "
+            "that its peers did not make, or made them in another order); its pool is "
+            "closed, and its collectives raise this error from here")
+        state.close()
+        state.error = err
+        return err
     calls = pool.signatures() if pool is not None else []
     if not calls:
         return CXLMPIMismatchError(head + "a rank passed the call to MPI")

@@ -30,6 +30,7 @@ cdef extern from "cxl_layout.h" nogil:
         uint64_t value2[2]
         uint64_t sig[3][2]
         uint64_t passed
+        uint64_t broken
         uint32_t asleep
         uint32_t cpu
         uint64_t beat
@@ -144,7 +145,7 @@ ctypedef struct state_t:
     cxl_progress progress  # how a waiter keeps MPI progressing (set_progress)
     uint64_t ops           # calls of this rank: pool calls and passed ones
     uint64_t passed_from   # the first call of this rank's passed ones before this call
-    uint64_t pool_ops      # the number of this rank's last pool call
+    uint64_t pool_ops      # the number of this rank's last call that ran in the pool
     uint64_t sig[3]        # this call's signature (see wait_all)
     int sig_pending        # the next step is this call's first
     int stream             # this call publishes with streaming stores (a variant)

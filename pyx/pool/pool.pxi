@@ -231,6 +231,20 @@ cdef class _Collectives(_Arenas):
                         <int>((a >> 16) & 0xFF) - 1, b & ((<uint64_t>1 << 56) - 1), b >> 56))
         return out
 
+    def out_of_step(self):
+        """The ranks that found the ranks' calls out of step (`broken`:
+        a peer's step of a call they made no step of), in rank order."""
+        self._check()
+        cdef cxl_ctrl *line
+        out = []
+        for q in range(self.st.size):
+            line = ctrl(&self.st, q)
+            if self.st.sw:
+                cxl_flush(line.sig, LINE_NBYTES, 1)
+            if cxl_load_acquire(&line.broken):
+                out.append(q)
+        return out
+
     def barrier(self, int flags=0):
         """All ranks of the pool meet (no data)."""
         self._check()

@@ -83,9 +83,18 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     a peer cannot run that far ahead).  Then this rank takes its step back,
     marks the call passed too, and goes to MPI as well (1).  A later call
     of a peer that did not pass this one means the ranks' calls are out of
-    step: a mismatch (-1), never a silent detour."""
+    step: a mismatch (-1), never a silent detour; so does a peer that found
+    them out of step itself (`broken`: it raised, and makes no step of
+    this call).  A step of an earlier call of the peer's is one this rank
+    sent to MPI (2) when that call is among those it passed since its last
+    call that ran in the pool -- passed on its own or followed: a rank
+    slow to publish its step of a call the others followed may show it
+    while they are several passed calls further (mpi4py's test_cco_buf at
+    3 oversubscribed ranks)."""
     if st.sw:
         cxl_flush(line.sig, LINE_NBYTES, 1)
+    if cxl_load_acquire(&line.broken):
+        return -1   # it found the calls out of step (with this rank's or another's)
     if not ahead:
         if cxl_load_acquire(&line.passed) < st.ops:
             return 0
@@ -115,6 +124,10 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     cdef cxl_ctrl *mine = ctrl(st, st.rank)
     st.step -= 1
     mine.passed = st.ops
+    # This call is one of the passed ones now: a peer slow to publish its
+    # step of it (or of one passed before it) may show that step while this
+    # rank is calls ahead, past more calls it passed on its own.
+    st.pool_ops = st.passed_from - 1
     if st.sw:
         cxl_flush(mine.sig, LINE_NBYTES, 0)
     cxl_store_release(&mine.seq, st.step)
@@ -123,6 +136,20 @@ cdef int passed_on(state_t *st, cxl_ctrl *line, bint ahead) noexcept nogil:
     else:
         wake_sleepers(st)
     return 1
+
+
+cdef void mark_broken(state_t *st) noexcept nogil:
+    """This rank found the ranks' calls out of step at this call's first
+    step (`passed_on`: a peer's step of a call this rank made no step of):
+    say so in its control line, so that peers waiting for its step of their
+    call raise the mismatch too (they see only that this rank made no step
+    of their call, and would wait, or follow its later passes to MPI)."""
+    cdef cxl_ctrl *mine = ctrl(st, st.rank)
+    cxl_store_release(&mine.broken, st.ops)
+    if st.sw:
+        cxl_flush(mine.sig, LINE_NBYTES, 0)
+    else:
+        wake_sleepers(st)
 
 
 cdef void mark_passed(void *state) noexcept nogil:
@@ -301,6 +328,7 @@ cdef int wait_all(state_t *st) noexcept nogil:
             if passed < 0:
                 st.failed_rank = q
                 st.failed_code = rc = ERR_MISMATCH
+                mark_broken(st)
                 break
             due = 0
             if sleeps and w.polls >= w.spin_polls and not w.yielding:

@@ -404,6 +404,7 @@ cdef class _Segment:
         line.pid = getpid()
         line.host = host_id
         line.attached = 1
+        line.broken = 0
         line.beat = 0
         line.beat_period_ns = cxl_beat_period_ns
         line.start = start_ticks

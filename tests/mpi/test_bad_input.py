@@ -324,6 +324,48 @@ def test_mismatch_names_each_ranks_bytes(comm):
     agree(got == want, f"signatures {got}, want {want}")
 
 
+def test_calls_out_of_step_fail_every_rank():
+    """A rank that finds the ranks' calls out of step (a peer's first step
+    of a call it made no step of) raises, and so does every peer waiting
+    for its step: rank 1 makes two pool calls alone (each times out), then
+    every rank calls once more.  Rank 0 sees rank 1's step of a later call
+    and raises the mismatch; rank 1, waiting for rank 0's step of its third
+    call, raises it too (before the `broken` mark it waited out its
+    timeout).  Pool-level: no program that keeps MPI's rules gets here
+    any more (mpi4py's test_cco_buf once did, through a miscounted pass)."""
+    from cxlmpi._pool import Pool, PoolFailure
+
+    wrapped = cxlmpi.wrap(PLAIN.Dup())
+    pool = cxlmpi.pools.state.pool_state(wrapped)
+    if not isinstance(pool, Pool) or SIZE < 2:
+        wrapped.Free()
+        pytest.skip("needs one pool of several ranks")
+    errors = []
+    if RANK == 1:
+        pool.timeout_s = 0.05
+        for _ in range(2):
+            try:
+                pool.barrier()
+            except PoolFailure as exc:
+                errors.append("timed out" if exc.timed_out else "other")
+        for q in range(SIZE):
+            if q != 1:
+                PLAIN.send(None, dest=q, tag=5)   # the others wait for that
+    else:
+        PLAIN.recv(source=1, tag=5)
+    pool.timeout_s = 30
+    try:
+        pool.barrier()
+        errors.append("returned")
+    except PoolFailure as exc:
+        errors.append("mismatch" if exc.mismatch else
+                      "timed out" if exc.timed_out else "other")
+    found = pool.out_of_step()
+    wrapped.Free()
+    want = (["timed out"] * 2 if RANK == 1 else []) + ["mismatch"]
+    agree(errors == want and 0 in found, f"rank {RANK}: {errors}, out of step: {found}")
+
+
 def test_reduce_scatter_counts_not_a_sequence(comm, n):
     """An int recvcounts: stock mpi4py refuses it (TypeError); so does
     cxlmpi, straight path or pool, rather than taking it for every block."""
