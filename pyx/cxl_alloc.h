@@ -43,6 +43,7 @@
 #define CXL_ALLOC_FULL 1        /* no free extent is large enough */
 #define CXL_ALLOC_NOSPACE 2     /* the backing file cannot hold more */
 #define CXL_ALLOC_NOT_OWNER 3   /* a forked child, or the arena was retired */
+#define CXL_ALLOC_REVOKED 4     /* the memory was handed to another job */
 
 typedef void (*cxl_notice_fn)(const char *what, size_t nbytes);
 
@@ -73,6 +74,10 @@ typedef struct {
                                  * zero each block when first reserved */
     cxl_notice_fn notice;       /* told (once per failure kind) about no_space */
     const char *what;           /* what the arena holds, for the notice */
+    int (*revoked)(void *);     /* whether the memory is another job's now (a
+                                 * partition reclaimed while this process
+                                 * stood still past its lease); NULL: never */
+    void *revoked_ctx;
 } cxl_arena;
 
 static int cxl_extents_insert(cxl_extents *x, size_t at, size_t off, size_t size)
@@ -225,6 +230,9 @@ static int cxl_arena_reserve(cxl_arena *a, size_t off, size_t end)
 static int cxl_arena_alloc(cxl_arena *a, size_t size, int reserve, size_t *offset)
 {
     if (!cxl_arena_mine(a)) return CXL_ALLOC_NOT_OWNER;
+    /* (a block of another job's memory: its wipe or its reservation would
+     * write there, and so would the caller) */
+    if (a->revoked && a->revoked(a->revoked_ctx)) return CXL_ALLOC_REVOKED;
     size_t align = size >= 65536 ? 4096 : 64;
     if (size == 0) size = 1;
     if (size > a->nbytes) return CXL_ALLOC_FULL;

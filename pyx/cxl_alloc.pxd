@@ -12,9 +12,12 @@ cdef extern from "cxl_alloc.h" nogil:
         size_t live_bytes
         int retired
         int wipe
+        int (*revoked)(void *) noexcept nogil
+        void *revoked_ctx
     int CXL_ALLOC_OK
     int CXL_ALLOC_FULL
     int CXL_ALLOC_NOSPACE
+    int CXL_ALLOC_REVOKED
     void cxl_arena_init(cxl_arena *a, char *base, size_t lo, size_t nbytes, int fd,
                         int64_t fd_offset, cxl_notice_fn notice, const char *what)
     void cxl_arena_destroy(cxl_arena *a)

@@ -19,6 +19,7 @@ from cxlmpi.memory import liveness
 
 PAUSED = "tests/scripts/paused_peer.py"
 HANDED_OVER = "tests/scripts/handed_over.py"
+HANDED_HEAP = "tests/scripts/handed_heap.py"
 TIMEOUT = 120                                           # s: kill a job still running after
 LEASE = {"CXLMPI_HEARTBEAT": "0.05", "CXLMPI_LEASE_BEATS": "5"}   # 0.25 s; paused 2 s
 # (MPI itself across pid namespaces: TCP, no cross-memory attach)
@@ -115,5 +116,28 @@ def test_a_partition_handed_to_another_job_stops_its_old_job(tmp_path) -> None:
     assert result["intact"], result
     assert result["small"] == [True, True] and result["untouched"] == [True, True], result
     for error in result["errors"]:
+        assert error is not None and error.startswith("CXLMPIPoolError"), result
+        assert "handed to another job" in error and "CXLMPI_LEASE_BEATS" in error, error
+
+
+def test_a_node_heap_handed_to_another_job_stops_its_old_job(tmp_path) -> None:
+    """The node heap's partition (pool-resident arrays), not the pool's,
+    freed and written by another job: each rank's next pool call on heap
+    arrays raises before it reads or writes them, cxlmpi.empty refuses a
+    new array, and the other job's bytes stay intact (before: the call ran
+    on 0x42... and wrote its result over the other job's bytes; only the
+    pool's own token was checked)."""
+    pool = tmp_path / "pool"
+    with open(pool, "wb") as f:
+        f.truncate(64 << 20)
+    pool.chmod(0o600)
+    job = launch_mpi(2, ["-m", "mpi4py", HANDED_HEAP], timeout=TIMEOUT,
+                     env={"CXLMPI_TUNING": "pool", "CXLMPI_POOL": f"file:{pool}",
+                          "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "4M",
+                          "CXLMPI_TIMEOUT": "60"})
+    assert job.returncode == 0, job.describe()
+    result = _result(job.stdout)
+    assert result["before"] and result["intact"], result
+    for error in result["errors"] + result["allocations"]:
         assert error is not None and error.startswith("CXLMPIPoolError"), result
         assert "handed to another job" in error and "CXLMPI_LEASE_BEATS" in error, error

@@ -430,7 +430,8 @@ def order_timed_out(comm: MPI.Intracomm, state: _State, what: str) -> CXLMPIErro
 def _revoked(exc: PoolFailure, name: str, rank: int) -> str:
     """What a rank whose pool memory was handed to another job is told."""
     cfg = config.get()
-    return (f"cxlmpi: {exc.what} on {name} (rank {rank}): the pool's partition was "
+    return (f"cxlmpi: {exc.what} on {name} (rank {rank}): the pool's partition (or the node "
+            f"heap's, where its pool-resident arrays live) was "
             f"handed to another job: this process stood still (stopped, paused, in a "
             f"debugger) for longer than its lease, {cfg.lease_beats} x "
             f"{cfg.heartbeat:g} s (CXLMPI_LEASE_BEATS x CXLMPI_HEARTBEAT), and a job on "

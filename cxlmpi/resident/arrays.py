@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .._pool import PoolNoSpace
+from .._pool import PoolNoSpace, PoolRevoked
+from ..errors import CXLMPIPoolError
 from ..pools.state import arena_pool
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
@@ -53,6 +54,8 @@ def empty(shape: int | tuple[int, ...], dtype: Any = float, order: str = "C", *,
         buf = pool.allocate(_nbytes(shape, dt))
     except PoolNoSpace:
         return np.empty(shape, dt, order)   # the pool said so, once
+    except PoolRevoked as exc:
+        raise CXLMPIPoolError(str(exc)) from None
     flat = np.frombuffer(buf, dtype=dt, count=count)
     return flat.reshape(shape, order=order)
 

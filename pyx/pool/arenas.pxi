@@ -4,8 +4,20 @@
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
 
 
-from cxl_alloc cimport (CXL_ALLOC_FULL, CXL_ALLOC_NOSPACE, CXL_ALLOC_OK,
+from cxl_alloc cimport (CXL_ALLOC_FULL, CXL_ALLOC_NOSPACE, CXL_ALLOC_OK, CXL_ALLOC_REVOKED,
                         cxl_arena_alloc, cxl_arena_free, cxl_arena_free_bytes)
+
+
+class PoolRevoked(PoolError):
+    """The pool's memory was handed to another job (Pool.allocate)."""
+
+
+REVOKED_HEAP = (
+    "cxlmpi: the memory of this rank's pool-resident arrays was handed to another "
+    "job: this process stood still (stopped, paused, in a debugger) for longer than "
+    "its lease, CXLMPI_LEASE_BEATS x CXLMPI_HEARTBEAT, and a job on another host "
+    "took it; the arrays it holds are that job's data now.  Raise "
+    "CXLMPI_LEASE_BEATS above the longest pause")
 
 
 cdef class _Arenas(_Segment):
@@ -16,7 +28,8 @@ cdef class _Arenas(_Segment):
         aligned; 4 KiB for 64 KiB and more), its memory reserved in the
         backing file unless `reserve` is False.  MemoryError when the arena
         is full; PoolNoSpace (a MemoryError) when /dev/shm or the pool file
-        cannot hold it; ValueError when closed or in a forked child."""
+        cannot hold it; PoolRevoked when the arena's memory was handed to
+        another job; ValueError when closed or in a forked child."""
         self._check()
         cdef size_t off = 0
         cdef int rc
@@ -28,6 +41,8 @@ cdef class _Arenas(_Segment):
             except BaseException:
                 cxl_arena_free(&self.arena, off)
                 raise
+        if rc == CXL_ALLOC_REVOKED:
+            raise PoolRevoked(REVOKED_HEAP)
         if rc == CXL_ALLOC_NOSPACE:
             raise PoolNoSpace(f"cxlmpi: {NO_SPACE} for {nbytes} bytes of pool-resident "
                               f"arrays (/dev/shm or the pool file is full)")
@@ -48,6 +63,8 @@ cdef class _Arenas(_Segment):
         if self.arena_nbytes() or heap.closed or heap.heap_pool is not None:
             raise ValueError("share_heap: a pool without arenas, a heap with them")
         self.st.heap = heap.st.base
+        self.st.heap_token = heap.st.token
+        self.st.heap_token_at = &(<cxl_header *>heap.st.base).token
         self.st.heap_lo = heap.st.heap_lo
         self.st.heap_hi = heap.st.heap_hi
         heap.live += 1

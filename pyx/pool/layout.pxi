@@ -165,6 +165,10 @@ ctypedef struct state_t:
     int lock_sure
     size_t file_offset
     uint64_t token
+    # the token of the node heap it shares (0: none), and where its header
+    # holds it: arrays used in place lie there (Pool.share_heap)
+    uint64_t heap_token
+    const uint64_t *heap_token_at
     double still_s
     double lease_s
     int quit               # the pool is closing: a wait in its worker ends (ERR_CLOSED)

@@ -42,15 +42,27 @@ cdef inline int lock_gone(state_t *st, const cxl_ctrl *line) noexcept nogil:
 
 
 cdef inline bint revoked(state_t *st) noexcept nogil:
-    """Whether the memory of this pool is no longer its job's: the token in
-    its header is not the one it was set up with (a partition reclaimed
-    while this rank stood still past its lease; shm pools: token 0)."""
+    """Whether the memory of this pool, or of the node heap whose arrays
+    its calls use in place, is no longer its job's: the token in its
+    header is not the one it was set up with (a partition reclaimed while
+    this rank stood still past its lease; shm pools: token 0)."""
     cdef cxl_header *h = <cxl_header *>st.base
+    if st.heap_token != 0:
+        if st.sw:
+            cxl_flush_meta(st.heap_token_at, 8, 1)
+        if cxl_load_acquire(st.heap_token_at) != st.heap_token:
+            return True
     if st.token == 0:
         return False
     if st.sw:
         cxl_flush_meta(&h.token, 8, 1)
     return cxl_load_acquire(&h.token) != st.token
+
+
+cdef int arena_revoked(void *st) noexcept nogil:
+    """The arena allocator's check before it hands a block out (revoked)."""
+    cdef state_t *s = <state_t *>st
+    return s.base == NULL or revoked(s)
 
 
 cdef void leave_line(state_t *st) noexcept nogil:

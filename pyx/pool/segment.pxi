@@ -382,6 +382,7 @@ cdef class _Segment:
         self.st.took_zc = 0
         self.st.rsag_min_ranks = 3
         self.st.heap = self.st.base      # its own arenas, until share_heap
+        self.st.heap_token = 0
         self.st.heap_lo = h.arena_offset
         self.st.heap_hi = self.nbytes
         if self.lazy_nbytes:
@@ -396,6 +397,8 @@ cdef class _Segment:
                            h.arena_offset + <size_t>rank * h.arena_nbytes, h.arena_nbytes,
                            self.fd, self.file_offset, cxl_no_space, ARENA_WHAT)
             self.arena.wipe = self.wipes
+            self.arena.revoked = arena_revoked
+            self.arena.revoked_ctx = &self.st
         cdef cxl_ctrl *line = ctrl(&self.st, rank)
         cdef int rc = setup_liveness(&self.st, self.fd, self.file_offset, h.token)
         if rc != 0:
