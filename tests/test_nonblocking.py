@@ -9,6 +9,7 @@ call passed to MPI: nothing tested) fails where it must not.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from harness import run_mpi
@@ -100,3 +101,18 @@ def test_posted_calls_run_the_variant_their_class_settled_on() -> None:
     out = result(ANY, 2, "variants")
     assert out["ok"], out["problems"]
     assert out["posted"] > 0, out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_calls_in_flight_at_finalize_end_before_mpi_does(nranks: int) -> None:
+    """Iallreduce calls never waited when the program calls MPI_Finalize:
+    they end, with stock's values, before MPI finalizes, and the program is
+    told once; no MPI routine runs after it (the worker used to progress
+    MPI and complete their requests after MPI_Finalize)."""
+    proc = run_mpi(nranks, ["tests/scripts/finalize_in_flight.py"], env=POOL, timeout=120)
+    # (each rank prints its own line: after MPI_Finalize nothing gathers)
+    results = [json.loads(m) for m in re.findall(r"RESULT (\{[^}]*\})", proc.stdout)]
+    assert sorted(r["rank"] for r in results) == list(range(nranks)), proc.stdout
+    assert all(r["same"] for r in results), results
+    assert "after finalizing" not in proc.stderr + proc.stdout, proc.stderr
+    assert "still in flight at MPI_Finalize" in proc.stderr, proc.stderr

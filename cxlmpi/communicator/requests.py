@@ -99,7 +99,36 @@ def _cancel(completed: bool, record: _Record) -> None:
     raise MPI.Exception(MPI.ERR_REQUEST)
 
 
+# The attribute of MPI_COMM_SELF whose deletion, the first thing
+# MPI_Finalize does, finishes the calls still in flight (see _at_finalize).
+_finalize_keyval: int | None = None
+
+
+def _at_finalize(comm: MPI.Comm, keyval: int, attr: Any) -> None:
+    """MPI_Finalize has begun (MPI is still usable): let every pool's worker
+    end the calls posted to it, so that none runs -- progressing MPI,
+    completing its request -- after MPI is gone ("Attempting to use an MPI
+    routine after finalizing MPICH" from the worker, before).  MPI requires
+    a program to complete its requests before MPI_Finalize: one that did
+    not is told so, once per process."""
+    global _finalize_keyval
+    _finalize_keyval = None
+    pending = _shim.finish_posted()
+    if pending:
+        import warnings
+
+        warnings.warn(f"cxlmpi: {pending} nonblocking or persistent collective call"
+                      f"{'s' if pending > 1 else ''} still in flight at MPI_Finalize "
+                      f"(MPI requires each request completed first: Wait, Test or "
+                      f"Waitall); cxlmpi ended {'them' if pending > 1 else 'it'} before "
+                      f"MPI finalized", RuntimeWarning, stacklevel=2)
+
+
 def _post(comm: MPI.Intracomm, plan: Any) -> tuple[MPI.Grequest, _Record]:
+    global _finalize_keyval
+    if _finalize_keyval is None:
+        _finalize_keyval = MPI.Comm.Create_keyval(delete_fn=_at_finalize)
+        MPI.Comm.Set_attr(MPI.COMM_SELF, _finalize_keyval, True)
     op = _shim.post(plan)
     record = _Record(comm, plan, op)
     greq = MPI.Grequest.Start(_query, _free, _cancel, args=(record,))

@@ -178,6 +178,20 @@ cdef int settle_posted(object comm) except -1:
     return 0
 
 
+def finish_posted():
+    """MPI_Finalize has begun: let every pool's worker end the calls posted
+    to it (they still progress MPI and complete their requests); returns
+    how many had not ended."""
+    global _live
+    pending = sum(1 for r in _live if not r.op.done)
+    for state in list(_states.values()):
+        pool = state.pool
+        if type(pool) is Pool and pool.posted:
+            pool.drain()
+    _live = []
+    return pending
+
+
 def posted_failed(comm, exc):
     """The error the user sees for a posted call that failed in the pool."""
     return run_failed(comm, exc)
