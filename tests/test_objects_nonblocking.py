@@ -20,8 +20,8 @@ SCRIPT = "tests/scripts/objects_nonblocking.py"
 POOL = {**SMALL_POOL_ENV, "CXLMPI_CACHE": "off"}
 
 
-def result(env: dict[str, str], nranks: int, scenario: str) -> dict:
-    proc = run_mpi(nranks, [SCRIPT, scenario], env=env, timeout=300)
+def result(env: dict[str, str], nranks: int, scenario: str, timeout: float = 300) -> dict:
+    proc = run_mpi(nranks, [SCRIPT, scenario], env=env, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, proc.stdout + proc.stderr
     return json.loads(lines[0][len("RESULT "):])
@@ -54,6 +54,24 @@ def test_many_rounds_in_flight() -> None:
     the private communicator's tags go on matching the calls in order."""
     out = result(POOL, 2, "rounds")
     assert out["ok"], out["problems"]
+
+
+def test_posting_is_local() -> None:
+    """On a new communicator rank 0 posts, then sends rank 1 the message
+    it waits for before posting the same call: a post that waited for its
+    peers (a blocking MPI_Comm_dup of the private communicator) would hang."""
+    out = result(POOL, 3, "local", timeout=120)
+    assert out["ok"], out["problems"]
+
+
+def test_stock_waitall_alone_completes_them() -> None:
+    """8 MiB objects of every form completed by MPI.Request.waitall alone,
+    never by the requests' own methods: the progress thread receives the
+    large frames and completes the requests, and waitall returns the
+    objects."""
+    out = result(POOL, 3, "stock")
+    assert out["ok"], out["problems"]
+    assert out["thread"], out
 
 
 def test_the_communicator_freed_with_calls_in_flight() -> None:

@@ -20,6 +20,11 @@ and what cxlmpi.stats() counted.  Scenarios:
   own       only the requests' own wait/test and ObjectRequest.waitall
             (what works below MPI_THREAD_MULTIPLE, where there is no
             progress thread)
+  local     posting is local: on a new communicator (whose private
+            duplicate is not made yet) rank 0 posts, then sends rank 1 the
+            message it waits for before it posts the same call
+  stock     8 MiB objects completed by stock MPI.Request.waitall alone:
+            the progress thread receives the large frames
   errors    an invalid root, a scatter with the wrong number of objects,
             an unpicklable object: each raises stock's error at the post,
             on the ranks that made it, and the communicator goes on
@@ -259,6 +264,34 @@ def own() -> None:
     check("stock irecv beside ObjectRequest.waitall", results[-1], {"from": (rank - 1) % size})
 
 
+def local() -> None:
+    fresh = cxlmpi.wrap(world.Dup())
+    k = 8
+    posted = []
+    for name in ("iallgather", "ibcast", "iallreduce"):
+        nb, stock = forms(k)[name]
+        if rank == 1:   # (rank 1 posts only once rank 0 has posted and sent)
+            check("the message", plain.recv(source=0, tag=9), f"{name} posted")
+        posted.append((f"{name} posted first", nb(fresh), None))
+        calls[name] = calls.get(name, 0) + 1
+        if rank == 0 and size > 1:
+            plain.ssend(f"{name} posted", 1, tag=9)
+    posted = [(what, req, stock()) for (what, req, _), (_, stock) in
+              zip(posted, (forms(k)[name] for name in ("iallgather", "ibcast", "iallreduce")))]
+    for what, req, want in posted:
+        check(what, req.wait(), want)
+    fresh.Free()
+
+
+def stock_only() -> None:
+    big = ("ibcast", "igather", "iscatter", "iallgather", "ialltoall", "ireduce",
+           "iallreduce")
+    posted = post_all(9, big=big)
+    results = MPI.Request.waitall([req for _, req, _ in posted])
+    for (what, _, want), obj in zip(posted, results):
+        check(f"{what} by stock waitall alone", obj, want)
+
+
 def errors() -> None:
     def raises(what: str, error: type, post) -> None:
         try:
@@ -284,7 +317,7 @@ def errors() -> None:
 
 
 {"each": each, "crossed": crossed, "rounds": rounds, "free": free, "own": own,
- "errors": errors}[SCENARIO]()
+ "local": local, "stock": stock_only, "errors": errors}[SCENARIO]()
 figures = cxlmpi.stats()
 counted = {name: figures[f"{name}(obj)"]["passthrough_calls"] for name in calls}
 if counted != calls:
