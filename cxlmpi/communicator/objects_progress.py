@@ -33,7 +33,10 @@ messages move, how their requests complete, and who moves them on.
   progress thread does it for requests completed by stock calls
   (``MPI.Request.waitall``) or left alone while the program computes: it
   sleeps on a condition variable while no call is in flight, and polls with
-  a backoff (50 us doubling to 1 ms) while one is.  Below THREAD_MULTIPLE
+  a backoff (0.5 ms doubling to 5 ms) while one is, unless a request's own
+  ``wait`` is moving the calls on (each time it wakes it takes the GIL,
+  which stalls a thread coming back from an MPI call: on a busy core that
+  costs more than the poll itself, so it polls seldom).  Below THREAD_MULTIPLE
   there is no thread: complete the requests with their own methods or
   `ObjectRequest.waitall`; stock ``MPI.Request.waitall`` on them would wait
   forever.
@@ -67,8 +70,8 @@ _METHODS = ("ibcast", "igather", "iscatter", "iallgather", "ialltoall", "ireduce
 _EAGER_NBYTES = 4096
 _PREFIX = 64            # u64 frame bytes, then padding to the frames' alignment
 _SIZE = struct.Struct("<Q")
-_MIN_DELAY_S = 50e-6    # the progress thread's polling backoff
-_MAX_DELAY_S = 1e-3
+_MIN_DELAY_S = 500e-6   # the progress thread's polling backoff
+_MAX_DELAY_S = 5e-3
 
 # Per method: [pool calls, pass-through calls, bytes through the pool,
 # seconds] as objects._FIGURES (every call passes through MPI here; seconds
@@ -107,6 +110,7 @@ _keys = iter(range(1 << 62))          # (next(): atomic under the GIL)
 _self: list[MPI.Intracomm] = []       # the private duplicate of COMM_SELF
 _thread: list[threading.Thread] = []
 _stop = threading.Event()
+_waiting = [0]                        # requests' own waits in progress (they move calls on)
 _TAG_UB = 32767                       # (MPI's least; read on first use)
 
 
@@ -433,9 +437,10 @@ def _progress_loop() -> None:
             ops = list(_LIVE.values())
         moved = False
         try:
-            for op in ops:
-                moved = _advance(op, False) or moved
-            moved = _reap_sends(False) or moved
+            if not _waiting[0]:
+                for op in ops:
+                    moved = _advance(op, False) or moved
+                moved = _reap_sends(False) or moved
         except Exception:   # (an MPI error of a send: its peer's call reports it)
             moved = True
         delay = _MIN_DELAY_S if moved else min(2 * delay, _MAX_DELAY_S)
@@ -492,7 +497,11 @@ class ObjectRequest(MPI.Request):
         if op is None:
             return ""
         if not op.released:
-            _advance(op, block)
+            _waiting[0] += block
+            try:
+                _advance(op, block)
+            finally:
+                _waiting[0] -= block
         _reap_sends(False)
         return op.name
 
