@@ -1,5 +1,6 @@
 """Nonblocking object collectives: comm.ibcast, igather, iscatter,
-iallgather, ialltoall, ireduce, iallreduce (an extension of mpi4py's API).
+iallgather, ialltoall, ireduce, iallreduce, ibarrier (an extension of
+mpi4py's API).
 
 Each test runs tests/scripts/objects_nonblocking.py as a whole MPI job:
 every result is compared with the blocking object collective of stock
@@ -75,8 +76,9 @@ def test_stock_waitall_alone_completes_them() -> None:
 
 
 def test_the_communicator_freed_with_calls_in_flight() -> None:
-    """Calls posted, the communicator freed, then waited: each completes;
-    a new communicator works after it."""
+    """Calls posted, the communicator freed, then waited: each completes,
+    the private duplicate is freed after the last; a new communicator works
+    after it."""
     out = result(POOL, 3, "free")
     assert out["ok"], out["problems"]
 

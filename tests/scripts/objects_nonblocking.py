@@ -7,7 +7,7 @@ plain duplicate of COMM_WORLD (stock mpi4py) returns for the same data;
 rank 0 prints one line ``RESULT {json}`` with ``ok``, the problems found,
 and what cxlmpi.stats() counted.  Scenarios:
 
-  each      every form, several in flight, completed in an order shuffled
+  each      every form (ibarrier too), several in flight, completed in an order shuffled
             alike on every rank (a shared seed) by every way there is (the
             request's wait and test, MPI.Request.waitall / waitany /
             testall with stock requests in the same list), blocking object
@@ -122,7 +122,16 @@ def forms(k: int, big: bool = False) -> dict:
                         lambda: plain.reduce((rank * 7 + k) % 5, MPI.MAX, root)),
         "iallreduce-str": (lambda c: c.iallreduce(f"<{rank}:{k}>", MPI.SUM),
                            lambda: plain.allreduce(f"<{rank}:{k}>", MPI.SUM)),
+        # (the communicator's Ibarrier: counted as "ibarrier", not here)
+        "ibarrier": (lambda c: c.ibarrier(), lambda: plain.barrier()),
     }
+
+
+def count(name: str) -> None:
+    """One more call of the object collective `name` (for the stats check)."""
+    method = name.split("-")[0]
+    if method != "ibarrier":
+        calls[method] = calls.get(method, 0) + 1
 
 
 def post_all(k0: int, big: tuple[str, ...] = ()) -> list[tuple[str, object, object]]:
@@ -135,7 +144,7 @@ def post_all(k0: int, big: tuple[str, ...] = ()) -> list[tuple[str, object, obje
         if name in big:
             nb, stock = large[name]
         req = nb(comm)
-        calls[name.split("-")[0]] = calls.get(name.split("-")[0], 0) + 1
+        count(name)
         posted.append((f"{name} k={k0}", req, stock()))
         between = i % 3
         if between == 0:
@@ -216,7 +225,7 @@ def rounds() -> None:
         posted = []
         for name, (nb, stock) in forms(k).items():
             posted.append((f"{name} round {k}", nb(comm), stock()))
-            calls[name.split("-")[0]] = calls.get(name.split("-")[0], 0) + 1
+            count(name)
             if len(posted) > 3:
                 what, req, want = posted.pop(0)
                 check(what, req.wait(), want)
@@ -232,9 +241,12 @@ def free() -> None:
              plain.bcast(item(k, rank, True) if rank == 0 else None, 0)),
             (sub.iallreduce(summable(k, rank)), plain.allreduce(summable(k, rank)))]
     calls.update(iallgather=1, ibcast=1, iallreduce=1)
+    channel = sub.Get_attr(objects_progress._CHANNEL)   # (its private duplicate)
     sub.Free()
     for i, (req, want) in enumerate(reqs):
         check(f"after Free, call {i}", req.wait(), want)
+    if size > 1 and channel.comm != MPI.COMM_NULL:
+        problems.append(f"rank {rank}: the freed communicator's duplicate was not freed")
     again = cxlmpi.wrap(world.Dup())
     check("a new communicator", again.iallgather(rank).wait(), list(range(size)))
     calls["iallgather"] += 1
