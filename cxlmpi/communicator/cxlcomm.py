@@ -26,6 +26,7 @@ from .._pool import Pool
 from ..pools import agree
 from ..pools.state import arena_pool, pool_state
 from . import objects as _objects
+from . import objects_nb as _objects_nb
 from . import requests as _requests  # noqa: F401  (binds the nonblocking requests)
 
 __all__ = ["CXLComm", "wrap", "predefined"]
@@ -100,6 +101,54 @@ class CXLComm(_shim.CommBase):
                   op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM) -> Any:
         """Reduce to All (large pickles through the pool)."""
         return _objects.allreduce(self, sendobj, op)
+
+    # ------------------------- nonblocking object collectives (an extension)
+    # mpi4py has no nonblocking forms of its lower-case methods: these post
+    # the call and return a request whose wait() returns what the blocking
+    # method returns (see cxlmpi.communicator.objects_nb).
+
+    def ibcast(self, obj: Any, root: int = 0) -> _objects_nb.ObjectRequest:
+        """Nonblocking bcast (an extension of mpi4py's API): ``wait()``
+        returns the object on every rank."""
+        return _objects_nb.ibcast(self, obj, root)
+
+    def igather(self, sendobj: Any, root: int = 0) -> _objects_nb.ObjectRequest:
+        """Nonblocking gather (an extension of mpi4py's API): ``wait()``
+        returns the list on the root, None elsewhere."""
+        return _objects_nb.igather(self, sendobj, root)
+
+    def iscatter(self, sendobj: Sequence[Any] | None,
+                 root: int = 0) -> _objects_nb.ObjectRequest:
+        """Nonblocking scatter (an extension of mpi4py's API): ``wait()``
+        returns this rank's object."""
+        return _objects_nb.iscatter(self, sendobj, root)
+
+    def iallgather(self, sendobj: Any) -> _objects_nb.ObjectRequest:
+        """Nonblocking allgather (an extension of mpi4py's API): ``wait()``
+        returns the list of every rank's object."""
+        return _objects_nb.iallgather(self, sendobj)
+
+    def ialltoall(self, sendobj: Sequence[Any] | None) -> _objects_nb.ObjectRequest:
+        """Nonblocking alltoall (an extension of mpi4py's API): ``wait()``
+        returns the objects received, by source."""
+        return _objects_nb.ialltoall(self, sendobj)
+
+    def ireduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM,
+                root: int = 0) -> _objects_nb.ObjectRequest:
+        """Nonblocking reduce (an extension of mpi4py's API): ``wait()``
+        returns the rank-order fold on the root, None elsewhere."""
+        return _objects_nb.ireduce(self, sendobj, op, root)
+
+    def iallreduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM
+                   ) -> _objects_nb.ObjectRequest:
+        """Nonblocking allreduce (an extension of mpi4py's API): ``wait()``
+        returns the rank-order fold on every rank."""
+        return _objects_nb.iallreduce(self, sendobj, op)
+
+    def ibarrier(self) -> MPI.Request:
+        """Nonblocking barrier (an extension of mpi4py's API): the request
+        of ``Ibarrier``, whose ``wait()`` returns None."""
+        return self.Ibarrier()
 
     # --------------------------------------------- pointer-passing extension
 

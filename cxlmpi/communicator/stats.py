@@ -26,6 +26,11 @@ def stats() -> dict[str, dict[str, float]]:
     new size or re-checking a decision; see cxlmpi.select) and
     ``zerocopy_calls`` (pool calls that read or wrote the ranks' own
     buffers in place: pool-resident arrays, no copy through the halves).
+    The nonblocking object collectives (``comm.ibcast`` & co., an extension
+    of mpi4py's API) appear as ``"ibcast(obj)"``, ...: every one passes
+    through MPI (``passthrough_calls``; ``seconds`` with CXLMPI_STATS=1:
+    posting, and their requests' own ``wait``/``test``); ``comm.ibarrier()``
+    is ``Ibarrier`` and counts as ``"ibarrier"``.
     The nonblocking forms appear as ``"iallreduce"``, ``"ibcast"``, ...:
     ``pool_calls`` counts the calls posted to the pool (nonblocking ones and
     each Start of a persistent one), ``passthrough_calls`` those that went
@@ -40,9 +45,11 @@ def stats() -> dict[str, dict[str, float]]:
     from .._pool import emulation, flushed_lines
     from .._shim import nonblocking_rows, stats_rows
     from .objects import figures
+    from .objects_progress import figures as nonblocking_figures
 
     rows = dict(stats_rows())
     rows.update((name + OBJECT_SUFFIX, row) for name, row in figures().items())
+    rows.update((name + OBJECT_SUFFIX, row) for name, row in nonblocking_figures().items())
     rows.update(("i" + name, row + (0, 0)) for name, row in nonblocking_rows().items())
     out: dict[str, dict[str, float]] = {
         name: {"pool_calls": row[0], "passthrough_calls": row[1],
@@ -62,10 +69,12 @@ def reset() -> None:
     """Forget every count."""
     from .._shim import nonblocking_reset, stats_reset
     from .objects import reset_figures
+    from .objects_progress import reset_figures as reset_nonblocking_figures
 
     stats_reset()
     nonblocking_reset()
     reset_figures()
+    reset_nonblocking_figures()
 
 
 def format_table(figures: dict[str, dict[str, float]] | None = None,
