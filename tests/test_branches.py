@@ -1,0 +1,45 @@
+"""A rank that leaves a pool collective on another branch than its peers --
+here a timeout on one rank only, where stock MPI would just wait for the
+slow rank -- must not leave a peer waiting in MPI or in the pool for ever,
+nor for a whole CXLMPI_TIMEOUT of its own (issue #38).
+
+Each test launches tests/scripts/branches.py; its ranks have different
+timeouts, so that a peer that waited its own out is told apart from one
+that was told.
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness import launch_mpi
+
+BRANCHES = "tests/scripts/branches.py"
+
+
+def outcomes(stdout: str) -> dict[int, tuple[str, float, str]]:
+    """rank -> (error class or "ok", seconds in the call, message)."""
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("BRANCH "):
+            _, rank, what, seconds, message = line.split(" ", 4)
+            found[int(rank)] = (what, float(seconds), message)
+    return found
+
+
+@pytest.mark.parametrize("mode, nranks", [("late", 2)])
+def test_a_peer_that_timed_out_does_not_leave_the_others_waiting(mode: str,
+                                                                 nranks: int) -> None:
+    """Rank 1 arrives 4 s late at a pool Allreduce; rank 0 times out after
+    2 s and raises.  Rank 1 (CXLMPI_TIMEOUT=60) then raises at once: rank 0
+    closed its pool, which its control line says (before, rank 1 waited
+    out its own 60 s).  MPI works after."""
+    job = launch_mpi(nranks, [BRANCHES, mode], timeout=45)
+    assert not job.timed_out, job.describe()
+    got = outcomes(job.stdout)
+    assert sorted(got) == list(range(nranks)), job.describe()
+    assert got[0][0] == "CXLMPITimeoutError", job.describe()
+    assert got[1][0] == "CXLMPIPoolError", job.describe()
+    assert "rank 0 left the collective" in got[1][2], job.describe()
+    assert got[1][1] < 2.0, job.describe()
+    sums = [line.split()[2] for line in job.stdout.splitlines() if line.startswith("MPI ")]
+    assert sums == [f"{nranks:g}"] * nranks, job.describe()
