@@ -26,13 +26,16 @@ def outcomes(stdout: str) -> dict[int, tuple[str, float, str]]:
     return found
 
 
-@pytest.mark.parametrize("mode, nranks", [("late", 2)])
+@pytest.mark.parametrize("mode, nranks", [("late", 2), ("groups", 3)])
 def test_a_peer_that_timed_out_does_not_leave_the_others_waiting(mode: str,
                                                                  nranks: int) -> None:
     """Rank 1 arrives 4 s late at a pool Allreduce; rank 0 times out after
     2 s and raises.  Rank 1 (CXLMPI_TIMEOUT=60) then raises at once: rank 0
     closed its pool, which its control line says (before, rank 1 waited
-    out its own 60 s).  MPI works after."""
+    out its own 60 s).  Across pool groups, rank 2 -- the other group's
+    leader, waiting for rank 0 in the leaders' MPI step -- raises a
+    timeout naming rank 0 after its 2 s (before, it waited in MPI_Wait for
+    ever, and ranks 0 and 1 in MPI_Finalize for it).  MPI works after."""
     job = launch_mpi(nranks, [BRANCHES, mode], timeout=45)
     assert not job.timed_out, job.describe()
     got = outcomes(job.stdout)
@@ -41,5 +44,9 @@ def test_a_peer_that_timed_out_does_not_leave_the_others_waiting(mode: str,
     assert got[1][0] == "CXLMPIPoolError", job.describe()
     assert "rank 0 left the collective" in got[1][2], job.describe()
     assert got[1][1] < 2.0, job.describe()
+    if mode == "groups":
+        assert got[2][0] == "CXLMPITimeoutError", job.describe()
+        assert "waiting for ranks [0]" in got[2][2], job.describe()
+        assert got[2][1] < 10.0, job.describe()
     sums = [line.split()[2] for line in job.stdout.splitlines() if line.startswith("MPI ")]
     assert sums == [f"{nranks:g}"] * nranks, job.describe()

@@ -87,6 +87,7 @@ class PoolFailure(Exception):
 
     MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
     PASSED = ERR_PASSED      # ... and of a call a peer sent to MPI
+    TIMEOUT = ERR_TIMEOUT    # ... and of a wait that timed out (pools.hierarchy)
 
     def __init__(self, code, rank, what, still_s=0.0, lease_s=0.0):
         super().__init__(code, rank, what)

@@ -4,10 +4,13 @@ slower than rank 0's CXLMPI_TIMEOUT.  Stock MPI would just wait for it;
 every rank must end the call (raising, clearly) well before its own
 timeout, and MPI must still work.
 
-    mpiexec -n N python branches.py late
+    mpiexec -n N python branches.py late|groups
 
 late    2 ranks, one pool.  Rank 0 (CXLMPI_TIMEOUT=2) times out in a large
         Allreduce while rank 1 (CXLMPI_TIMEOUT=60) sleeps 4 s before it.
+groups  3 ranks, CXLMPI_POOL_GROUPS=2 (groups {0, 1} and {2}): the same,
+        ranks 0 and 2 with CXLMPI_TIMEOUT=2; rank 2, the other group's
+        leader, waits for rank 0 in the leaders' MPI step.
 
 Each rank prints ``BRANCH <rank> <error class or ok> <seconds in the call>
 <message>`` and, after an MPI Allreduce on COMM_WORLD, ``MPI <rank> <sum>``.
@@ -25,6 +28,8 @@ rank = world.Get_rank()
 os.environ["CXLMPI_TIMEOUT"] = "60" if rank == 1 else "2"
 os.environ["CXLMPI_TUNING"] = "pool"
 os.environ["CXLMPI_CACHE"] = "off"
+if mode == "groups":
+    os.environ["CXLMPI_POOL_GROUPS"] = "2"
 
 import numpy as np  # noqa: E402
 
