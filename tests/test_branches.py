@@ -55,6 +55,22 @@ def test_a_peer_that_timed_out_does_not_leave_the_others_waiting(mode: str,
     assert sums == [f"{nranks:g}"] * nranks, job.describe()
 
 
+def test_a_peer_that_raised_between_the_steps_of_an_object_collective() -> None:
+    """Rank 0's fold of an object allreduce raises (arrays of two shapes),
+    and it goes on to a Barrier in MPI while rank 1 waits in the pool step
+    of the allreduce's broadcast.  Rank 1 raises at once that the ranks'
+    calls do not match (stock MPI leaves it in MPI_Bcast for ever); before,
+    it said that rank 0 had died.  MPI works after."""
+    job = launch_mpi(2, [BRANCHES, "fold"], timeout=45)
+    assert not job.timed_out, job.describe()
+    got = outcomes(job.stdout)
+    assert got[0][0] == "ValueError", job.describe()
+    assert got[1][0] == "CXLMPIMismatchError", job.describe()
+    assert "a peer sent a call to MPI" in got[1][2], job.describe()
+    sums = [line.split()[2] for line in job.stdout.splitlines() if line.startswith("MPI ")]
+    assert sums == ["2"] * 2, job.describe()
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_an_object_collective_whose_result_one_rank_cannot_make(nranks: int) -> None:
     """With CXLMPI_OBJECTS=1: the root of a reduce whose op raises, rank 1
