@@ -252,8 +252,9 @@ def _u64(values: list[int]) -> tuple[array, list[int]]:
 def _gather(comm: MPI.Intracomm, pool: Pool, sendobj: Any, root: int,
             what: str) -> Any:
     """Gather (root >= 0) or allgather (root < 0) of pickled objects:
-    (the list on readers, None elsewhere; the bytes of every rank's frame
-    together), or _STOCK when settled for MPI."""
+    (every rank's frame on readers, still pickled -- see _run -- None
+    elsewhere; the bytes of every rank's frame together), or _STOCK when
+    settled for MPI."""
     size, rank = comm.Get_size(), comm.Get_rank()
     payload = _pickled(sendobj)
     if not _settle(comm, pool, payload.nbytes + 1 if payload is not None else 0):
@@ -274,9 +275,12 @@ def _gather(comm: MPI.Intracomm, pool: Pool, sendobj: Any, root: int,
         addrs, nbytes = [frame.address] * size, [0] * size
     run_pool(comm, pool, "gather", frame.address, len(frame.view), addrs, nbytes, root,
              max_nbytes, what)
-    if not reader:
-        return None, sum(sizes)
-    return [_load(b) for b in blocks], sum(sizes)
+    return (blocks if reader else None), sum(sizes)
+
+
+def _load_all(blocks: list[_Block] | None) -> list[Any] | None:
+    """The objects of gathered frames (None: none, off the root)."""
+    return None if blocks is None else [_load(b) for b in blocks]
 
 
 def _fold(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
@@ -290,8 +294,8 @@ def _fold(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
 # ---------------------------------------------------------------- methods
 
 def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
-    """Broadcast through the pool: (the object, the frame's bytes), or
-    _STOCK when settled for MPI."""
+    """Broadcast through the pool: (the object's frame, still pickled --
+    see _run --, the frame's bytes), or _STOCK when settled for MPI."""
     payload, local = None, 1          # (1: no opinion)
     if comm.Get_rank() == root:
         payload = _pickled(obj)
@@ -304,33 +308,54 @@ def _bcast(comm: MPI.Intracomm, pool: Pool, obj: Any, root: int) -> Any:
     block = payload.frame() if payload is not None else _Block(nbytes)
     del payload
     run_pool(comm, pool, "bcast", block.address, nbytes, root)
-    return _load(block), nbytes
+    return block, nbytes
 
 
 def _run(name: str, comm: MPI.Intracomm, root: Any,
          through_pool: Callable[[Pool, int], Any], stock: Callable[[], Any]) -> Any:
-    """Object collective `name`: `through_pool(pool, root)` returns (result,
-    bytes moved) or _STOCK when the ranks settled for MPI; `stock()` runs it
-    there (also for an invalid root, which stock mpi4py then reports, and
-    without a pool).  `root` None: a collective without one."""
+    """Object collective `name`: `through_pool(pool, root)` returns (what
+    makes the result, bytes moved) or _STOCK when the ranks settled for
+    MPI; `stock()` runs it there (also for an invalid root, which stock
+    mpi4py then reports, and without a pool).  `root` None: a collective
+    without one.
+
+    The result is made -- unpickled, folded with the program's op -- only
+    after the collective has ended on every rank (`_shim.order_calls`, the
+    MPI barrier of CXLMPI_ORDERING): that is code of the program's, which
+    may raise on one rank only (an op that refuses, an object that does not
+    unpickle there), after the data moved, as it does under stock mpi4py,
+    whose other ranks then return.  Made before, the rank that raised
+    never reached the barrier, and every other rank waited out
+    CXLMPI_TIMEOUT in it and raised, the pool closed for good."""
     t0 = time.perf_counter()
     r = -1 if root is None else _root(comm, root)
     pool = _pool(comm) if r is not None else None
     if pool is not None:
         result = through_pool(pool, r)
         if result is not _STOCK:
+            make, nbytes = result
             _shim.order_calls(comm)
-            _pooled(name, t0, result[1])
-            return result[0]
+            _pooled(name, t0, nbytes)
+            return make()
     out = stock()
     _passed(name, t0)
     return out
 
 
+def _then(moved: Any, make: Callable[[Any], Any]) -> Any:
+    """A pool path's (what makes the result, bytes) for _run from what it
+    moved -- (frames, bytes) -- and `make(frames)`; _STOCK as it is."""
+    if moved is _STOCK:
+        return _STOCK
+    frames, nbytes = moved
+    return (lambda: make(frames)), nbytes
+
+
 def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     """Broadcast a Python object from `root` (``Intracomm.bcast``); a large
     pickle goes through the pool, every rank gets its own unpickled copy."""
-    return _run("bcast", comm, root, lambda pool, r: _bcast(comm, pool, obj, r),
+    return _run("bcast", comm, root,
+                lambda pool, r: _then(_bcast(comm, pool, obj, r), _load),
                 lambda: _Stock.bcast(comm, obj, root))
 
 
@@ -338,14 +363,15 @@ def gather(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> list[Any] | None
     """Gather Python objects to `root` (``Intracomm.gather``): the list of
     every rank's object on the root, None elsewhere."""
     return _run("gather", comm, root,
-                lambda pool, r: _gather(comm, pool, sendobj, r, "gather"),
+                lambda pool, r: _then(_gather(comm, pool, sendobj, r, "gather"), _load_all),
                 lambda: _Stock.gather(comm, sendobj, root))
 
 
 def allgather(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
     """Gather Python objects to every rank (``Intracomm.allgather``)."""
     return _run("allgather", comm, None,
-                lambda pool, r: _gather(comm, pool, sendobj, -1, "allgather"),
+                lambda pool, r: _then(_gather(comm, pool, sendobj, -1, "allgather"),
+                                      _load_all),
                 lambda: _Stock.allgather(comm, sendobj))
 
 
@@ -386,6 +412,7 @@ def scatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> Any:
     recv_nbytes[r] = sizes[rank]
     run_pool(comm, pool, "exchange", send_addrs, send_nbytes, [block.address] * size,
              recv_nbytes, max_nbytes, "scatter")
+    _shim.order_calls(comm)   # (the end of the collective, before any unpickling: _run)
     _pooled("scatter", t0, sum(sizes))
     return _load(block)
 
@@ -421,6 +448,7 @@ def alltoall(comm: MPI.Intracomm, sendobj: Any) -> list[Any]:
     run_pool(comm, pool, "exchange", [f.address for f in frames], row.tolist(),
              [b.address for b in blocks], sizes, max_nbytes, "alltoall")
     del frames
+    _shim.order_calls(comm)   # (the end of the collective, before any unpickling: _run)
     _pooled("alltoall", t0, sum(matrix))
     return [_load(b) for b in blocks]
 
@@ -430,12 +458,11 @@ def reduce(comm: MPI.Intracomm, sendobj: Any,
     """Reduce Python objects to `root` with `op` (``Intracomm.reduce``): the
     contributions are gathered through the pool and folded in rank order."""
 
+    def fold(blocks: list[_Block] | None) -> Any:
+        return None if blocks is None else _fold(_load_all(blocks), op)
+
     def through_pool(pool: Pool, r: int) -> Any:
-        gathered = _gather(comm, pool, sendobj, r, "reduce")
-        if gathered is _STOCK:
-            return _STOCK
-        items, nbytes = gathered
-        return (_fold(items, op) if items is not None else None), nbytes
+        return _then(_gather(comm, pool, sendobj, r, "reduce"), fold)
 
     return _run("reduce", comm, root, through_pool,
                 lambda: _Stock.reduce(comm, sendobj, op, root))
@@ -450,13 +477,18 @@ def allreduce(comm: MPI.Intracomm, sendobj: Any,
         gathered = _gather(comm, pool, sendobj, 0, "allreduce")
         if gathered is _STOCK:
             return _STOCK
-        items, nbytes = gathered
-        result = _fold(items, op) if items is not None else None
-        del items, gathered
+        blocks, nbytes = gathered
+        # (rank 0 folds between the gather and the bcast, as stock mpi4py's
+        # reduce-then-bcast does: an op that raises there leaves the other
+        # ranks waiting for the bcast under stock too)
+        result = _fold(_load_all(blocks), op) if blocks is not None else None
+        del blocks, gathered
         spread = _bcast(comm, pool, result, 0)
         if spread is _STOCK:
-            return _Stock.bcast(comm, result, 0), nbytes
-        return spread[0], nbytes + spread[1]
+            value = _Stock.bcast(comm, result, 0)
+            return (lambda: value), nbytes
+        block, more = spread
+        return (lambda: _load(block)), nbytes + more
 
     return _run("allreduce", comm, None, through_pool,
                 lambda: _Stock.allreduce(comm, sendobj, op))

@@ -40,6 +40,7 @@ still receives the same bits.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from typing import Any, Callable
 
@@ -118,6 +119,9 @@ class Hierarchy:
         # the group's signatures of a call that did not match, kept over the
         # steps that told the other groups (see header)
         self._signed: list[tuple] | None = None
+        # the leaders' MPI step of the last call timed out (_await): whom
+        # the error names
+        self._late_leaders = False
 
     # --------------------------------------------------- Pool's interface
     def close(self) -> None:
@@ -136,6 +140,8 @@ class Hierarchy:
         return self.pool is None and self.leaders is None
 
     def missing_ranks(self) -> list[int]:
+        if self._late_leaders:   # (the other groups' leaders: which one is not known)
+            return [g[0] for i, g in enumerate(self.groups) if i != self.group]
         if self.pool is None or self.pool.closed:
             return []
         ranks = self.groups[self.group]
@@ -172,6 +178,40 @@ class Hierarchy:
         self._ops.value += 1
         self._signed = None
 
+    def _await(self, reqs: list[MPI.Request | None], what: str,
+               keep: object = None) -> None:
+        """Complete the leaders' requests `reqs` (None: none), as Waitall
+        would, for at most CXLMPI_TIMEOUT: a leader whose group failed in its
+        pool step (a timeout, a peer gone: it raised there) never posts its
+        part, and a Wait for it waited for ever -- the other leaders stood in
+        MPI while the ranks that raised sat in MPI_Finalize waiting for
+        them.  Tests first, then yields the core for 10 ms, then sleeps
+        between tests (1 us doubling to 1 ms), as the pool's own waits do.
+        On the timeout the requests are left behind, with `keep` (the
+        buffers they may still write: never freed), and PoolFailure
+        (timed out) names the other groups' leaders (`missing_ranks`)."""
+        live = [req for req in reqs if req is not None]
+        if not live:
+            return
+        timeout = config.get().timeout
+        polls, first, nap = 0, 0.0, 1e-6
+        while not MPI.Request.Testall(live):
+            polls += 1
+            if polls < 1024:
+                continue
+            now = time.monotonic()
+            if first == 0.0:
+                first = now
+            elif timeout > 0 and now - first > timeout:
+                _abandoned.append((live, keep))
+                self._late_leaders = True
+                raise PoolFailure(PoolFailure.TIMEOUT, -1, what)
+            if now - first < 0.01:
+                os.sched_yield()
+            else:
+                time.sleep(nap)
+                nap = min(2 * nap, 1e-3)
+
     def note_pass(self) -> None:
         """This rank sends its current call to MPI (see Pool.note_pass)."""
         self._count()
@@ -195,31 +235,32 @@ class Hierarchy:
         self._count()
         self._local("barrier")
         if self.leaders is not None:
-            self.leaders.Barrier()
+            self._await([self.leaders.Ibarrier()], "Barrier")
         self._local("barrier")
 
-    @staticmethod
-    def _pipeline(segs: list[tuple[int, int]],
+    def _pipeline(self, segs: list[tuple[int, int]],
                   start: Callable[[int, int], MPI.Request | None],
-                  finish: Callable[[int, int], None]) -> None:
+                  finish: Callable[[int, int], None], what: str,
+                  keep: object = None) -> None:
         """Run `start(first, n)` on each segment in turn (a pool phase, then
         the leaders' nonblocking MPI call: its request, or None), and
         `finish(first, n)` on each once its request completed -- segment
         k's after segment k + 1's start, so that the MPI call of one runs
         while the pool moves the next.  Every rank runs the same pool
-        phases in the same order."""
+        phases in the same order; `keep`: a scratch buffer the requests
+        write into (see _await)."""
         pending: list[tuple[int, int, MPI.Request | None]] = []
         try:
             for first, n in segs:
                 pending.append((first, n, start(first, n)))
                 if len(pending) == 2:
-                    _finish(pending[0], finish)
+                    self._finish(pending[0], finish, what, keep)
                     del pending[0]
             if pending:
-                _finish(pending[0], finish)
+                self._finish(pending[0], finish, what, keep)
                 del pending[0]
         except BaseException:
-            _drain([req for _, _, req in pending])
+            self._drain([req for _, _, req in pending], keep)
             raise
 
     def bcast(self, address: int, nbytes: int, root: int) -> None:
@@ -236,9 +277,9 @@ class Hierarchy:
                         reqs.append(leaders.Ibcast(_buffer(address + first, n, 1, BYTE),
                                                    g_root))
             except BaseException:
-                _drain(reqs)
+                self._drain(reqs)
                 raise
-            MPI.Request.Waitall(reqs)
+            self._await(reqs, "Bcast")
             return
         # every segment's MPI call posted at once (in order on every leader),
         # each passed on in the group once it arrived
@@ -247,10 +288,10 @@ class Hierarchy:
         try:
             for k, (first, n) in enumerate(segs):
                 if reqs:
-                    reqs[k].Wait()
+                    self._await([reqs[k]], "Bcast")
                 self._local("bcast", address + first, n, 0)
         except BaseException:
-            _drain(reqs)
+            self._drain(reqs)
             raise
 
     def reduce(self, sendaddr: int, recvaddr: int, count: int, itemsize: int,
@@ -271,7 +312,7 @@ class Hierarchy:
             def spread(first: int, n: int) -> None:
                 self._local("bcast", recvaddr + first * itemsize, n * itemsize, 0)
 
-            self._pipeline(segs, start, spread)
+            self._pipeline(segs, start, spread, "Allreduce")
             return
         g_root, l_root = self.where[root]
         nbytes = count * itemsize
@@ -301,7 +342,7 @@ class Hierarchy:
             self._forward(dst + at, recvaddr + at if self.rank == root else 0, n * itemsize,
                           l_root, "Reduce")
 
-        self._pipeline(segs, reduce_start, to_root)
+        self._pipeline(segs, reduce_start, to_root, "Reduce", scratch)
 
     def _reduce_local(self, sendaddr: int, dst: int, count: int, itemsize: int,
                       op: int, tcode: int) -> None:
@@ -357,7 +398,8 @@ class Hierarchy:
             mask = (1 << 64) - 1
             both = (ctypes.c_uint64 * 7)(int(value == 0), value, most, most2, report,
                                          ~report & mask, trouble)
-            self.leaders.Allreduce(MPI.IN_PLACE, [both, MPI.UINT64_T], MPI.MAX)
+            self._await([self.leaders.Iallreduce(MPI.IN_PLACE, [both, MPI.UINT64_T],
+                                                 MPI.MAX)], what + " header", both)
             value = 0 if both[0] else both[1]
             most, most2 = both[2], both[3]
             mismatch = both[4] != ~both[5] & mask     # max(report) != min(report)
@@ -449,13 +491,14 @@ class Hierarchy:
                             for g in range(ngroups)]
                 for g in [self.group] + [g for g in range(ngroups) if g != self.group]:
                     if g != self.group and reqs:
-                        reqs[g].Wait()
+                        self._await([reqs[g]], what, buf)
                     self._local("bcast", *span[g], 0)
                     self._place(g, span[g][0], slot, recv_addrs, recv_nbytes)
-                MPI.Request.Waitall(reqs)
+                self._await(reqs, what, buf)
                 return
             if leader and not in_root_group:
-                self.leaders.Send(_buffer(*span[self.group], 1, BYTE), g_root, GATHER_TAG)
+                self._await([self.leaders.Isend(_buffer(*span[self.group], 1, BYTE), g_root,
+                                                GATHER_TAG)], what, buf)
                 return
             if not in_root_group:
                 return
@@ -465,14 +508,14 @@ class Hierarchy:
             for g in range(ngroups):
                 if g != g_root:
                     if reqs:
-                        reqs[g].Wait()
+                        self._await([reqs[g]], what, buf)
                     if l_root != 0:                 # leader -> root
                         self._forward(span[g][0], span[g][0], counts[g], l_root, what)
                 if self.rank == root:
                     self._place(g, span[g][0], slot, recv_addrs, recv_nbytes)
-            MPI.Request.Waitall(reqs)
+            self._await(reqs, what, buf)
         except BaseException:
-            _drain(reqs)
+            self._drain(reqs, buf)
             raise
 
     def _place(self, g: int, at: int, slot: int, recv_addrs: list[int],
@@ -485,12 +528,28 @@ class Hierarchy:
             at += slot
 
 
-def _finish(pending: tuple[int, int, MPI.Request | None],
-            finish: Callable[[int, int], None]) -> None:
-    first, n, req = pending
-    if req is not None:
-        req.Wait()
-    finish(first, n)
+    def _finish(self, pending: tuple[int, int, MPI.Request | None],
+                finish: Callable[[int, int], None], what: str, keep: object) -> None:
+        first, n, req = pending
+        self._await([req], what, keep)
+        finish(first, n)
+
+    def _drain(self, reqs: list[MPI.Request | None], keep: object = None) -> None:
+        """`_drain` after a failure -- none after the leaders' step timed out
+        (another CXLMPI_TIMEOUT for the same leaders): the requests are left
+        behind with `keep`, as _await leaves its own."""
+        if not self._late_leaders:
+            _drain(reqs)
+            return
+        live = [req for req in reqs if req is not None]
+        if live:
+            _abandoned.append((live, keep))
+
+
+# Requests of leaders' steps that timed out (Hierarchy._await), with the
+# buffers they may still write into: kept for the life of the process (a
+# request may not be freed before it completes, nor its buffer).
+_abandoned: list[tuple[list[MPI.Request], object]] = []
 
 
 def _drain(reqs: list[MPI.Request | None]) -> None:

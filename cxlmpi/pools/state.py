@@ -390,6 +390,18 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
             f"ranks {missing} (raise CXLMPI_TIMEOUT if they are just slow)")
     elif exc.revoked:
         err = CXLMPIPoolError(_revoked(exc, name, comm.Get_rank()))
+    elif exc.passed:   # (run_pool: steps every rank agreed to take in the pool)
+        err = CXLMPIMismatchError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of {comm.Get_size()}): "
+            f"the ranks' calls do not match: a peer sent a call to MPI while this rank "
+            f"was in the pool steps of a collective that every rank had agreed to run "
+            f"there (the peer raised between two of them, or called otherwise)")
+    elif getattr(exc, "left", False):
+        err = CXLMPIPoolError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): rank {exc.rank} "
+            f"left the collective without finishing it: a pool call of its own failed "
+            f"(it raised an error there: a timeout, a peer it found gone) and it closed "
+            f"the communicator's pool, which is closed here too")
     elif getattr(exc, "closed", False):
         err = CXLMPIPoolError(
             f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()}): the communicator's "

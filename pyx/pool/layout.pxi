@@ -71,6 +71,7 @@ DEF ERR_MISMATCH = -3  # the ranks' calls differ (size, root, op, type, counts)
 DEF ERR_PASSED = -4    # a peer sent this call to MPI: every rank goes there too
 DEF ERR_REVOKED = -5   # the pool's memory was handed to another job (liveness.pxi)
 DEF ERR_CLOSED = -6    # the pool closed with this call queued or running (pool/worker.pxi)
+DEF ERR_LEFT = -7      # an awaited peer closed its pool (a call of its own failed there)
 
 
 class PoolFailure(Exception):
@@ -79,11 +80,14 @@ class PoolFailure(Exception):
     its lease of `lease_s`), the ranks' calls do not match (`mismatch`;
     rank -1: their blocks), a peer sent the call to MPI, where every rank
     must follow (`passed`), the pool's memory is another job's now
-    (`revoked`), or the pool closed while the call was in flight in its
-    worker (`closed`: a nonblocking collective never waited for)."""
+    (`revoked`), the pool closed while the call was in flight in its
+    worker (`closed`: a nonblocking collective never waited for), or an
+    awaited peer closed its pool, alive (`left`: a call of its own failed
+    there -- a timeout, a peer it judged gone -- and it raised)."""
 
     MISMATCH = ERR_MISMATCH  # the code of a mismatch, for who raises one
     PASSED = ERR_PASSED      # ... and of a call a peer sent to MPI
+    TIMEOUT = ERR_TIMEOUT    # ... and of a wait that timed out (pools.hierarchy)
 
     def __init__(self, code, rank, what, still_s=0.0, lease_s=0.0):
         super().__init__(code, rank, what)
@@ -93,6 +97,7 @@ class PoolFailure(Exception):
         self.passed = code == ERR_PASSED
         self.revoked = code == ERR_REVOKED
         self.closed = code == ERR_CLOSED
+        self.left = code == ERR_LEFT
         self.still_s, self.lease_s = still_s, lease_s
 
 

@@ -75,7 +75,9 @@ cdef void leave_line(state_t *st) noexcept nogil:
     cxl_beat_remove(&line.beat)
     if revoked(st):
         return
-    line.attached = 0
+    # (released: a peer that sees 0 sees every step this rank published,
+    # see wait_all)
+    cxl_store_release(&line.attached, 0)
     cxl_flush_meta(line, CTRL_NBYTES, 0)
 
 

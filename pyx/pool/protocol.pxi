@@ -228,6 +228,21 @@ cdef bint peer_gone(state_t *st, cxl_ctrl *line, uint64_t *seen,
     return True
 
 
+cdef inline bint peer_left(state_t *st, cxl_ctrl *line) noexcept nogil:
+    """Whether the peer of control line `line`, alive, let go of the pool
+    without publishing the step this rank waits for: it closed the pool
+    after a call of its own failed there (a timeout, a peer it judged
+    gone: cxlmpi.pools.state closes the communicator's pool then), and its
+    step never comes -- waiting out CXLMPI_TIMEOUT for it (300 s) made a
+    slow rank that arrived after its peer had timed out wait that long
+    before it raised.  Its line says so (leave_line, a release store after
+    every step it published: the seq read again here then shows each)."""
+    if st.sw:
+        cxl_flush(line, 8, 1)
+    return cxl_load_acquire(&line.attached) == 0 and \
+        cxl_load_acquire(&line.seq) < st.step
+
+
 cdef inline void will_lend(state_t *st, const void *addr, size_t n) noexcept nogil:
     """A pool buffer of this rank that peers will read in place, or write
     into, at the next step (software coherence: written back first).  Its
@@ -279,7 +294,8 @@ cdef int wait_all(state_t *st) noexcept nogil:
     it last waited on this CPU), then sleep on its seq word (may_sleep_on)
     or back off.  At a call's first step, also: a peer that sent this call
     to MPI sends every rank there (ERR_PASSED), and the ranks' calls must
-    match (ERR_MISMATCH)."""
+    match (ERR_MISMATCH).  A peer that closed its pool meanwhile (it failed
+    and raised) ends the wait (ERR_LEFT), as one gone does (ERR_PEER_GONE)."""
     cdef int q, due, passed, rc = OK
     cdef cxl_ctrl *line
     cdef cxl_ctrl *mine = ctrl(st, st.rank)
@@ -379,6 +395,10 @@ cdef int wait_all(state_t *st) noexcept nogil:
                 if peer_gone(st, line, &beat_seen, &beat_since):
                     st.failed_rank = q
                     st.failed_code = rc = ERR_PEER_GONE
+                    break
+                if peer_left(st, line):
+                    st.failed_rank = q
+                    st.failed_code = rc = ERR_LEFT
                     break
                 if w.deadline_s > 0 and cxl_now_s() > w.deadline_s:
                     st.failed_rank = q
