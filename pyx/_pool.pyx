@@ -16,7 +16,8 @@ one extension made of one file per concern, each a layer on the one before::
                         token (whose memory it is)
     pool/protocol.pxi   steps, waits (with MPI progress), call signatures,
                         header steps
-    pool/signatures.pxi whether the ranks' calls match (after a first step)
+    pool/signatures.pxi what signs a call (kind codes, block checksums) and
+                        whether the ranks' calls match (after a first step)
     pool/sizing.pxi     what each family's choice reads: bytes a step, a
                         sub-slot, whether a call asks where buffers live
     pool/fold.pxi       rank-order folds shared by every reduction

@@ -1,5 +1,48 @@
-# The check that follows a call's first step: do the ranks' calls match?
+# What signs a call (its kind, the checksums of its blocks), and the check
+# that follows its first step: do the ranks' calls match?
 # (part of cxlmpi._pool: included by pyx/_pool.pyx)
+
+# A call's kind (its collective's name) and the block checksums it carries.
+
+KIND_NAMES = {}   # kind code -> the name it was made from (error messages)
+
+
+cdef dict KIND_CODES = {}
+
+
+cdef uint64_t kind_code(str what):
+    """A stable 16-bit code of a collective's name (the same in every
+    process: no salted hash)."""
+    code = KIND_CODES.get(what)
+    if code is None:
+        code = zlib.crc32(what.encode()) & 0xFFFF
+        KIND_CODES[what] = code
+        KIND_NAMES[code] = what
+    return code
+
+
+cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
+    """splitmix64's finalizer: a well-spread 64-bit hash of x."""
+    x += <uint64_t>0x9E3779B97F4A7C15
+    x = (x ^ (x >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    x = (x ^ (x >> 27)) * <uint64_t>0x94D049BB133111EB
+    return x ^ (x >> 31)
+
+
+cdef uint64_t counts_hash(const size_t *counts, int n) noexcept nogil:
+    cdef uint64_t h = mix64(n)
+    cdef int i
+    for i in range(n):
+        h = mix64(h ^ counts[i])
+    return h
+
+
+def pair_hash(uint64_t src, uint64_t dst, uint64_t nbytes):
+    """The checksum term of a block of `nbytes` from rank src to rank dst:
+    the sender adds it, the receiver subtracts it, so that the ranks' terms
+    sum to zero exactly when every block is received as sent."""
+    return mix64(mix64((src << 32) ^ dst) ^ nbytes)
+
 
 # The bytes of a signature's second word (its top byte holds the variant)
 cdef uint64_t SIG_NBYTES_MASK = (<uint64_t>1 << 56) - 1
