@@ -116,8 +116,8 @@ def _spare(state: _State) -> None:
     for the memory again)."""
     pool = state.pool
     if state.key is None or state.error is not None or not isinstance(pool, Pool) \
-            or pool.identity is None or pool.short:
-        state.free()
+            or pool.identity is None or pool.short or pool.out_of_step():
+        state.free()   # (out of step: its ranks' calls were counted apart)
         return
     remember(state.routes, pool)
     with _spares_lock:

@@ -364,6 +364,17 @@ def test_calls_out_of_step_fail_every_rank():
     wrapped.Free()
     want = (["timed out"] * 2 if RANK == 1 else []) + ["mismatch"]
     agree(errors == want and 0 in found, f"rank {RANK}: {errors}, out of step: {found}")
+    # the next communicator never takes that pool over (its calls were
+    # counted apart: every call on it raised the mismatch)
+    again = cxlmpi.wrap(PLAIN.Dup())
+    fresh = cxlmpi.pools.state.pool_state(again)
+    try:
+        fresh.barrier()
+        met = "met"
+    except PoolFailure as exc:
+        met = f"{exc}"
+    again.Free()
+    agree(met == "met", f"the next communicator's pool barrier: {met}")
 
 
 def test_reduce_scatter_counts_not_a_sequence(comm, n):
