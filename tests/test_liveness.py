@@ -94,6 +94,21 @@ def test_a_free_lock_of_a_device_proves_nothing(tmp_path) -> None:
         if owner_path == observer_path:
             assert seen_held == liveness.ALIVE
         assert seen_free == free_says, (owner_path, observer_path, seen_free)
+def _handed_over(tmp_path, script: str, arena_size: str) -> dict:
+    """Run `script` (a handover between two calls) on 2 ranks over a file
+    pool of its own; its RESULT."""
+    pool = tmp_path / "pool"
+    with open(pool, "wb") as f:
+        f.truncate(64 << 20)
+    pool.chmod(0o600)
+    job = launch_mpi(2, ["-m", "mpi4py", script], timeout=TIMEOUT,
+                     env={"CXLMPI_TUNING": "pool", "CXLMPI_POOL": f"file:{pool}",
+                          "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": arena_size,
+                          "CXLMPI_TIMEOUT": "60"})
+    assert job.returncode == 0, job.describe()
+    return _result(job.stdout)
+
+
 def test_a_partition_handed_to_another_job_stops_its_old_job(tmp_path) -> None:
     """A partition freed and written by another job under a running job
     (a claimer on another host, after the job stood still past its lease):
@@ -103,16 +118,7 @@ def test_a_partition_handed_to_another_job_stops_its_old_job(tmp_path) -> None:
     job ends cleanly (before: 0x42... read as doubles; a pass-through call
     stored its count in the other job's memory; every rank died of SIGSEGV
     at exit, its heartbeat thread flushing the unmapped partition)."""
-    pool = tmp_path / "pool"
-    with open(pool, "wb") as f:
-        f.truncate(64 << 20)
-    pool.chmod(0o600)
-    job = launch_mpi(2, ["-m", "mpi4py", HANDED_OVER], timeout=TIMEOUT,
-                     env={"CXLMPI_TUNING": "pool", "CXLMPI_POOL": f"file:{pool}",
-                          "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "0",
-                          "CXLMPI_TIMEOUT": "60"})
-    assert job.returncode == 0, job.describe()
-    result = _result(job.stdout)
+    result = _handed_over(tmp_path, HANDED_OVER, "0")
     assert result["intact"], result
     assert result["small"] == [True, True] and result["untouched"] == [True, True], result
     for error in result["errors"]:
@@ -127,16 +133,7 @@ def test_a_node_heap_handed_to_another_job_stops_its_old_job(tmp_path) -> None:
     new array, and the other job's bytes stay intact (before: the call ran
     on 0x42... and wrote its result over the other job's bytes; only the
     pool's own token was checked)."""
-    pool = tmp_path / "pool"
-    with open(pool, "wb") as f:
-        f.truncate(64 << 20)
-    pool.chmod(0o600)
-    job = launch_mpi(2, ["-m", "mpi4py", HANDED_HEAP], timeout=TIMEOUT,
-                     env={"CXLMPI_TUNING": "pool", "CXLMPI_POOL": f"file:{pool}",
-                          "CXLMPI_POOL_SIZE": "1M", "CXLMPI_ARENA_SIZE": "4M",
-                          "CXLMPI_TIMEOUT": "60"})
-    assert job.returncode == 0, job.describe()
-    result = _result(job.stdout)
+    result = _handed_over(tmp_path, HANDED_HEAP, "4M")
     assert result["before"] and result["intact"], result
     for error in result["errors"] + result["allocations"]:
         assert error is not None and error.startswith("CXLMPIPoolError"), result
