@@ -363,10 +363,14 @@ def test_calls_out_of_step_fail_every_rank():
         # pool first -- its communicator freed -- which says as much, at once)
         errors.append("mismatch" if exc.mismatch or exc.left else
                       "timed out" if exc.timed_out else "other")
+    PLAIN.Barrier()   # every rank has raised, and marked its line
     found = pool.out_of_step()
     wrapped.Free()
     want = (["timed out"] * 2 if RANK == 1 else []) + ["mismatch"]
-    agree(errors == want and 0 in found, f"rank {RANK}: {errors}, out of step: {found}")
+    # (which rank finds the calls out of step first is timing: rank 0, or
+    # at 3 or more ranks any other peer of rank 1's; each that raised says so)
+    agree(errors == want and found == list(range(SIZE)),
+          f"rank {RANK}: {errors}, out of step: {found}")
     # the next communicator never takes that pool over (its calls were
     # counted apart: every call on it raised the mismatch)
     again = cxlmpi.wrap(PLAIN.Dup())
