@@ -119,11 +119,11 @@ include "shim/state.pxi"
 include "shim/routes.pxi"
 include "shim/direct.pxi"
 include "shim/run.pxi"
+include "shim/nonblocking.pxi"
 include "shim/bcast.pxi"
 include "shim/reduce.pxi"
 include "shim/gather.pxi"
 include "shim/exchange.pxi"
-include "shim/nonblocking.pxi"
 
 
 class CommBase(_Intracomm):
@@ -154,7 +154,7 @@ class CommBase(_Intracomm):
     Alltoallv = Alltoallv
     Reduce_scatter_block = Reduce_scatter_block
     Reduce_scatter = Reduce_scatter
-    Ibarrier = Ibarrier                           # shim/nonblocking.pxi
+    Ibarrier = Ibarrier                           # their families' files too
     Ibcast = Ibcast
     Ireduce = Ireduce
     Iallreduce = Iallreduce
@@ -179,6 +179,13 @@ class CommBase(_Intracomm):
     Allgather_init = Allgather_init
     Alltoall_init = Alltoall_init
     Reduce_scatter_block_init = Reduce_scatter_block_init
+    Allgatherv_init = Allgatherv_init
+    Gather_init = Gather_init
+    Gatherv_init = Gatherv_init
+    Scatter_init = Scatter_init
+    Scatterv_init = Scatterv_init
+    Alltoallv_init = Alltoallv_init
+    Reduce_scatter_init = Reduce_scatter_init
 
 
 # Named as the methods they are, in reprs, help() and tracebacks.

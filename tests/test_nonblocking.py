@@ -44,6 +44,16 @@ def test_posted_collectives_equal_stock(scenario: str, nranks: int) -> None:
     assert out["posted"] > 0, out
 
 
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_rooted_and_counted_forms_are_posted(nranks: int) -> None:
+    """Igather, Iscatter, Iallgatherv and Ireduce_scatter, and their
+    persistent forms, give stock's values (every root, in place, uneven
+    counts), and the pool took each of them (before, MPI took them all)."""
+    out = result(POOL, nranks, "rooted")
+    assert out["ok"], out["problems"]
+    assert {"gather", "scatter", "allgatherv", "reduce_scatter"} <= set(out["by"]), out
+
+
 def test_adaptive_selection_posts_too() -> None:
     """Under the default adaptive selection the posted calls follow the
     classes' settled paths (an unsettled class: the pool) and still agree

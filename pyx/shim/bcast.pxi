@@ -1,7 +1,8 @@
 # Barrier and Bcast, as CXLComm intercepts them: parse the message, let
 # `take` name the path, run Pool.barrier / Pool.bcast (pyx/pool/bcast.pxi)
 # or pass the call to stock MPI.  Module-level functions, bound as methods
-# of CommBase in pyx/_shim.pyx.
+# of CommBase in pyx/_shim.pyx; their nonblocking and persistent forms end
+# the file.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
@@ -64,3 +65,61 @@ def Bcast(self, buf, int root=0):
             pooled(BCAST, msg.nbytes, t0)
     if state is not None:
         took(state, BCAST, msg.nbytes, code, zc, t)
+
+
+# ------------------------------------------------ nonblocking and persistent
+# The I-forms post the call the plan names (shim/nonblocking.pxi) or pass it
+# to stock MPI, counted; the persistent forms plan once, at *_init, and
+# every Start posts the same plan.
+
+
+cdef Plan nb_plan_barrier(object comm):
+    if not nb_on or disabled:
+        return None
+    state = _states.get(comm.handle)
+    if state is not None and state.order is not None:
+        return None   # (with CXLMPI_ORDERING, MPI's own barrier does the work)
+    return planned(comm, BARRIER, 0, "post_barrier", (), (), ())
+
+
+cdef Plan nb_plan_bcast(object comm, object buf, int root):
+    if not nb_on or disabled or not 0 <= root < comm_size(comm):
+        return None
+    cdef bint rooted = root == comm_rank(comm)
+    cdef Message m = message(buf, not rooted, 0, lo[BCAST], STAGE_ANY)
+    if m is None:
+        return None
+    return planned(comm, BCAST, m.nbytes, "post_bcast", (m.address, m.nbytes, root),
+                   (m,) if rooted else (), () if rooted else (m,))
+
+
+def Ibarrier(self):
+    """Nonblocking Barrier."""
+    enter_posting(self)
+    plan = nb_plan_barrier(self)
+    return nb_passed(BARRIER, _I.Ibarrier(self)) if plan is None else \
+        _start_request(self, plan)
+
+
+def Ibcast(self, buf, int root=0):
+    """Nonblocking Broadcast."""
+    enter_posting(self)
+    plan = nb_plan_bcast(self, buf, root)
+    return nb_passed(BCAST, _I.Ibcast(self, buf, root)) if plan is None else \
+        _start_request(self, plan)
+
+
+def Barrier_init(self, info=MPI.INFO_NULL):
+    """Persistent Barrier."""
+    enter_posting(self)
+    plan = nb_plan_barrier(self)
+    return nb_passed(BARRIER, _I.Barrier_init(self, info)) if plan is None else \
+        _persistent(self, plan)
+
+
+def Bcast_init(self, buf, int root=0, info=MPI.INFO_NULL):
+    """Persistent Broadcast."""
+    enter_posting(self)
+    plan = nb_plan_bcast(self, buf, root)
+    return nb_passed(BCAST, _I.Bcast_init(self, buf, root, info)) if plan is None else \
+        _persistent(self, plan)

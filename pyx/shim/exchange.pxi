@@ -3,7 +3,7 @@
 # Pool.reduce_scatter (pyx/pool/exchange.pxi) run them.  Scatter(v) and
 # Alltoallv settle their path in a header step (`settle_rooted`,
 # `settle_rooted_v`, `settle`).  Module-level functions, bound as methods of CommBase in
-# pyx/_shim.pyx.
+# pyx/_shim.pyx; their nonblocking and persistent forms end the file.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
@@ -255,17 +255,15 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
         took(state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, code, zc, t)
 
 
-def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
-    """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
-    Without recvcounts, stock mpi4py first gathers them through MPI; such
-    calls pass through."""
-    enter(self)
-    cdef double t0 = start(), t
+cdef tuple rs_messages(object sendbuf, object recvbuf, object recvcounts, object op,
+                       int size, int rank):
+    """(the pool could take it, op code, send, recv, counts, total) of a
+    Reduce_scatter (send None: in place; counts None: no counts, which
+    stock mpi4py gathers first, or an op the pool cannot apply; send and
+    recv None: messages that disagree with the counts)."""
     cdef Message send = None, recv = None
     cdef Vector counts = None
-    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
     cdef Py_ssize_t total = 0, i
-    cdef bint fits = False
     opc = None if disabled or recvcounts is None else op_code(op)
     if opc is not None:
         counts = read_counts(recvcounts, size)
@@ -275,18 +273,46 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
                 counts = None
                 break
             total += counts.counts[i]
-    if counts is not None:
-        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        if recv is not None and sendbuf is _IN_PLACE:
-            if recv.count != total:
-                recv = None
-        elif recv is not None:
-            send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
-            if send is None or send.count != total or recv.count != counts.counts[rank] \
-                    or send.handle != recv.handle or aliased(send, recv):
-                recv = send = None
-        fits = recv is not None and within(REDUCE_SCATTER, total * recv.itemsize) and \
-            recv.tcode >= 0 and reducer_defined(opc, recv.tcode)
+    if counts is None:
+        return False, None, None, None, None, 0
+    recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
+    if recv is not None and sendbuf is _IN_PLACE:
+        if recv.count != total:
+            recv = None
+    elif recv is not None:
+        send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
+        if send is None or send.count != total or recv.count != counts.counts[rank] \
+                or send.handle != recv.handle or aliased(send, recv):
+            recv = send = None
+    cdef bint fits = recv is not None and within(REDUCE_SCATTER, total * recv.itemsize) \
+        and recv.tcode >= 0 and reducer_defined(opc, recv.tcode)
+    return fits, opc, send, recv, counts, total
+
+
+cdef list rs_pieces(Message send, Message recv, Vector counts):
+    """Where each rank's piece of a Reduce_scatter starts (send None: in
+    the receive buffer)."""
+    cdef Py_ssize_t acc = 0, i
+    cdef uintptr_t base = recv.address if send is None else send.address
+    addrs = []
+    for i in range(counts.blocks):
+        addrs.append(base + acc * recv.itemsize)
+        acc += counts.counts[i]
+    return addrs
+
+
+def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
+    """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
+    Without recvcounts, stock mpi4py first gathers them through MPI; such
+    calls pass through."""
+    enter(self)
+    cdef double t0 = start(), t
+    cdef Message send, recv
+    cdef Vector counts
+    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
+    cdef Py_ssize_t total, i
+    fits, opc, send, recv, counts, total = rs_messages(sendbuf, recvbuf, recvcounts, op,
+                                                       size, rank)
     state = state_of(self, REDUCE_SCATTER) if fits else None
     if state is not None:
         code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1,
@@ -303,16 +329,11 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
         if not time_all:
             t0 = t
         item = recv.itemsize
-        base = recv.address if send is None else send.address
-        addrs = []
-        acc = 0
-        for i in range(size):
-            addrs.append(base + acc * item)
-            acc += counts.counts[i]
         fill(recv if send is None else send)
         zc = run(self, REDUCE_SCATTER, code,
                  _stock_reduce_scatter, (self, sendbuf, recvbuf, recvcounts, op,),
-                 state.pool.reduce_scatter, (addrs, counts.count_list(), recv.address, item,
+                 state.pool.reduce_scatter, (rs_pieces(send, recv, counts),
+                                             counts.count_list(), recv.address, item,
                                              opc, recv.tcode, send is None,
                                              "Reduce_scatter"))
         if zc >= 0:
@@ -320,3 +341,177 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
             pooled(REDUCE_SCATTER, total * item, t0)
     if state is not None:
         took(state, REDUCE_SCATTER, total * recv.itemsize, code, zc, t)
+
+
+# ------------------------------------------------ nonblocking and persistent
+# The I-forms post the call the plan names (shim/nonblocking.pxi) or pass it
+# to stock MPI, counted; the persistent forms plan once, at *_init, and
+# every Start posts the same plan.
+
+
+cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvbuf,
+                                       object op):
+    if not nb_on or disabled:
+        return None
+    cdef int size = comm_size(comm), d
+    opc = op_code(op)
+    if opc is None:
+        return None
+    cdef Message send = None, recv
+    if sendbuf is _IN_PLACE:
+        recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
+    else:
+        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
+        send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
+        if send is None or send.count != recv.count or send.handle != recv.handle \
+                or aliased(send, recv):
+            return None
+    if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+        return None
+    base = recv.address if send is None else send.address
+    return planned(comm, REDUCE_SCATTER_BLOCK, recv.nbytes * size, "post_reduce_scatter",
+                   ([base + d * recv.nbytes for d in range(size)], [recv.count] * size,
+                    recv.address, recv.itemsize, opc, recv.tcode, send is None,
+                    "Ireduce_scatter_block"), (recv if send is None else send,), (recv,))
+
+
+cdef Plan nb_plan_reduce_scatter(object comm, object sendbuf, object recvbuf,
+                                 object recvcounts, object op):
+    """Ireduce_scatter: decided from the counts, which every rank holds."""
+    if not nb_on:
+        return None
+    cdef int size = comm_size(comm), rank = comm_rank(comm)
+    cdef Message send, recv
+    cdef Vector counts
+    fits, opc, send, recv, counts, total = rs_messages(sendbuf, recvbuf, recvcounts, op,
+                                                       size, rank)
+    if not fits:
+        return None
+    return planned(comm, REDUCE_SCATTER, total * recv.itemsize, "post_reduce_scatter",
+                   (rs_pieces(send, recv, counts), counts.count_list(), recv.address,
+                    recv.itemsize, opc, recv.tcode, send is None, "Ireduce_scatter"),
+                   (recv if send is None else send,), (recv,))
+
+
+cdef Plan nb_plan_scatter(object comm, object sendbuf, object recvbuf, int root):
+    """Iscatter: decided from the block every rank receives (the root's
+    own, or, scattering in place, its send block).  The root posts the
+    block it sends, so that where it is not what another rank receives,
+    every rank raises the mismatch (stock: a truncation, where a receiver
+    names less) -- receive buffers that name more than the root sends,
+    which MPICH takes, too: a posted call has no header step to learn the
+    root's block from, as the blocking Scatter does."""
+    cdef int size = comm_size(comm), rank = comm_rank(comm), d
+    if not nb_on or disabled or not 0 <= root < size:
+        return None
+    cdef Message send = None, recv = None
+    cdef Py_ssize_t block = 0, stride = 0
+    if rank == root:
+        send = message(sendbuf, False, size, 0, STAGE_ANY)
+        if send is None:
+            return None
+        block = stride = send.nbytes
+    if recvbuf is not _IN_PLACE or rank != root:
+        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+        if recv is None or send is not None and aliased(send, recv):
+            return None
+        block = recv.nbytes
+    zeros = [0] * size
+    recv_addrs, recv_sizes = list(zeros), list(zeros)
+    if rank != root:
+        recv_addrs[root], recv_sizes[root] = recv.address, block
+        return planned(comm, SCATTER, block * size, "post_exchange",
+                       (zeros, zeros, recv_addrs, recv_sizes, block, "Iscatter", root), (),
+                       (recv,))
+    send_addrs = [send.address + d * stride for d in range(size)]
+    send_sizes = [stride] * size
+    recv_addrs[root] = send_addrs[root] if recv is None else recv.address
+    recv_sizes[root] = send_sizes[root] = min(block, stride)   # (its own block)
+    return planned(comm, SCATTER, block * size, "post_exchange",
+                   (send_addrs, send_sizes, recv_addrs, recv_sizes, stride, "Iscatter", root),
+                   (send,), (recv,) if recv is not None else ())
+
+
+def Ialltoall(self, sendbuf, recvbuf):
+    """Nonblocking All to All."""
+    enter_posting(self)
+    plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
+    return nb_passed(ALLTOALL, _I.Ialltoall(self, sendbuf, recvbuf)) if plan is None \
+        else _start_request(self, plan)
+
+
+def Iscatter(self, sendbuf, recvbuf, int root=0):
+    """Nonblocking Scatter."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_scatter(self, sendbuf, recvbuf, root), SCATTER,
+                      _I.Iscatter, (sendbuf, recvbuf, root), False)
+
+
+def Iscatterv(self, sendbuf, recvbuf, int root=0):
+    """Nonblocking Scatter Vector (MPI's: only the root knows every count,
+    and a posted call has no header step to tell the others)."""
+    return nb_passed(SCATTERV, _I.Iscatterv(self, sendbuf, recvbuf, root))
+
+
+def Ialltoallv(self, sendbuf, recvbuf):
+    """Nonblocking All to All Vector (MPI's: each rank knows its own
+    counts only)."""
+    return nb_passed(ALLTOALLV, _I.Ialltoallv(self, sendbuf, recvbuf))
+
+
+def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
+    """Nonblocking Reduce-Scatter Block."""
+    enter_posting(self)
+    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
+    return nb_passed(REDUCE_SCATTER_BLOCK, _I.Ireduce_scatter_block(
+        self, sendbuf, recvbuf, op)) if plan is None else _start_request(self, plan)
+
+
+def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
+    """Nonblocking Reduce-Scatter."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+                      REDUCE_SCATTER, _I.Ireduce_scatter, (sendbuf, recvbuf, recvcounts, op),
+                      False)
+
+
+def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+    """Persistent Alltoall."""
+    enter_posting(self)
+    plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
+    return nb_passed(ALLTOALL, _I.Alltoall_init(self, sendbuf, recvbuf, info)) \
+        if plan is None else _persistent(self, plan)
+
+
+def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
+    """Persistent Reduce-Scatter Block."""
+    enter_posting(self)
+    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
+    return nb_passed(REDUCE_SCATTER_BLOCK, _I.Reduce_scatter_block_init(
+        self, sendbuf, recvbuf, op, info)) if plan is None else _persistent(self, plan)
+
+
+def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
+    """Persistent Scatter."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_scatter(self, sendbuf, recvbuf, root), SCATTER,
+                      _I.Scatter_init, (sendbuf, recvbuf, root, info), True)
+
+
+def Scatterv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
+    """Persistent Scatterv (MPI's, as Iscatterv)."""
+    return nb_passed(SCATTERV, _I.Scatterv_init(self, sendbuf, recvbuf, root, info))
+
+
+def Alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+    """Persistent Alltoallv (MPI's, as Ialltoallv)."""
+    return nb_passed(ALLTOALLV, _I.Alltoallv_init(self, sendbuf, recvbuf, info))
+
+
+def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM,
+                        info=MPI.INFO_NULL):
+    """Persistent Reduce-Scatter."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
+                      REDUCE_SCATTER, _I.Reduce_scatter_init,
+                      (sendbuf, recvbuf, recvcounts, op, info), True)

@@ -3,7 +3,7 @@
 # the root, so its ranks settle the path in a header step
 # (`settle_rooted_v`); so do Gather's (`settle_rooted`), whose root may name
 # more than arrives.  Module-level functions, bound as methods of CommBase
-# in pyx/_shim.pyx.
+# in pyx/_shim.pyx; their nonblocking and persistent forms end the file.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
@@ -203,3 +203,153 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
             pooled(GATHERV, sum(sizes) if rank == root else nbytes, t0)
     if state is not None:
         took(state, GATHERV, (agreed - 1) * size, code, zc, t)
+
+
+# ------------------------------------------------ nonblocking and persistent
+# The I-forms post the call the plan names (shim/nonblocking.pxi) or pass it
+# to stock MPI, counted; the persistent forms plan once, at *_init, and
+# every Start posts the same plan.
+
+
+cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
+    """Iallgather and Ialltoall: decided from the block each rank sends (all
+    send alike)."""
+    if not nb_on or disabled or which == ALLTOALL and not nb_alltoall:
+        return None
+    cdef int size = comm_size(comm), rank = comm_rank(comm), q
+    cdef bint inplace = sendbuf is _IN_PLACE
+    cdef Message recv = message(recvbuf, True, size, 0, STAGE_ANY), send = None
+    if recv is None:
+        return None
+    cdef Py_ssize_t block = recv.nbytes
+    if not inplace:
+        send = message(sendbuf, False, size if which == ALLTOALL else 0, 0, STAGE_ANY)
+        if send is None or send.nbytes != block or aliased(send, recv):
+            return None
+    recv_addrs = [recv.address + q * block for q in range(size)]
+    sizes = [block] * size
+    if which == ALLGATHER:
+        return planned(comm, which, block * size, "post_gather",
+                       (recv_addrs[rank] if inplace else send.address, block, recv_addrs,
+                        sizes, -1, block, "Iallgather"),
+                       (recv if inplace else send,), (recv,))
+    send_addrs = recv_addrs if inplace else [send.address + q * block for q in range(size)]
+    return planned(comm, which, block * size, "post_exchange",
+                   (send_addrs, sizes, recv_addrs, sizes, block, "Ialltoall"),
+                   (recv if inplace else send,), (recv,))
+
+
+def Iallgather(self, sendbuf, recvbuf):
+    """Nonblocking Gather to All."""
+    enter_posting(self)
+    plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
+    return nb_passed(ALLGATHER, _I.Iallgather(self, sendbuf, recvbuf)) if plan is None \
+        else _start_request(self, plan)
+
+
+cdef Plan nb_plan_allgatherv(object comm, object sendbuf, object recvbuf):
+    """Iallgatherv: decided from the counts, which every rank holds."""
+    if not nb_on or disabled:
+        return None
+    cdef int size = comm_size(comm), rank = comm_rank(comm), i
+    cdef Vector vec = vector(recvbuf, True, size, True)
+    if vec is None:
+        return None
+    cdef Message recv = vec.m, send = None
+    cdef Py_ssize_t item = recv.itemsize
+    if sendbuf is not _IN_PLACE:
+        send = message(sendbuf, False)
+        if send is None or send.nbytes != vec.counts[rank] * item or aliased(send, recv):
+            return None
+    addrs = [recv.address + vec.displs[i] * item for i in range(size)]
+    sizes = [vec.counts[i] * item for i in range(size)]
+    # every rank's counts must agree with what each sender sends
+    cdef uint64_t pairs = pairs_received(rank, vec, item)
+    for i in range(size):
+        pairs += <uint64_t>pair_hash(rank, i, sizes[rank])
+    return planned(comm, ALLGATHERV, recv.nbytes, "post_gather",
+                   (addrs[rank] if send is None else send.address, sizes[rank], addrs, sizes,
+                    -1, vec.largest * item, "Iallgatherv", pairs),
+                   (recv if send is None else send,), (recv,))
+
+
+cdef Plan nb_plan_gather(object comm, object sendbuf, object recvbuf, int root):
+    """Igather: decided from the block every rank sends (the root's own,
+    or, gathering in place, its receive block).  The root posts the block
+    its buffer holds where that is smaller than what it sends (stock: a
+    truncation), and every rank raises the mismatch: never a write past
+    its blocks.  Receive blocks larger than the others send, which the
+    blocking Gather learns of in its header step, meet the mismatch too
+    where the root gathers in place (a posted call never waits for its
+    peers to learn a size)."""
+    cdef int size = comm_size(comm), rank = comm_rank(comm), q
+    if not nb_on or disabled or not 0 <= root < size:
+        return None
+    cdef Message send = None, recv = None
+    cdef Py_ssize_t block = 0, stride = 0
+    if rank == root:
+        recv = message(recvbuf, True, size, 0, STAGE_ANY)
+        if recv is None:
+            return None
+        block = stride = recv.nbytes
+    if sendbuf is not _IN_PLACE or rank != root:
+        send = message(sendbuf, False, 0, 0, STAGE_ANY)
+        if send is None or recv is not None and aliased(send, recv):
+            return None
+        block = send.nbytes
+    if rank != root:
+        return planned(comm, GATHER, block * size, "post_gather",
+                       (send.address, block, [0] * size, [block] * size, root, block,
+                        "Igather"), (send,), ())
+    cdef Py_ssize_t got = min(block, stride)
+    addrs = [recv.address + q * stride for q in range(size)]
+    return planned(comm, GATHER, block * size, "post_gather",
+                   (addrs[rank] if send is None else send.address, got, addrs, [got] * size,
+                    root, got, "Igather"), (recv if send is None else send,), (recv,))
+
+
+def Iallgatherv(self, sendbuf, recvbuf):
+    """Nonblocking Gather to All Vector."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_allgatherv(self, sendbuf, recvbuf), ALLGATHERV,
+                      _I.Iallgatherv, (sendbuf, recvbuf), False)
+
+
+def Igather(self, sendbuf, recvbuf, int root=0):
+    """Nonblocking Gather."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_gather(self, sendbuf, recvbuf, root), GATHER,
+                      _I.Igather, (sendbuf, recvbuf, root), False)
+
+
+def Igatherv(self, sendbuf, recvbuf, int root=0):
+    """Nonblocking Gather Vector (MPI's: only the root knows every count,
+    and a posted call has no header step to tell the others)."""
+    return nb_passed(GATHERV, _I.Igatherv(self, sendbuf, recvbuf, root))
+
+
+def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+    """Persistent Allgather."""
+    enter_posting(self)
+    plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
+    return nb_passed(ALLGATHER, _I.Allgather_init(self, sendbuf, recvbuf, info)) \
+        if plan is None else _persistent(self, plan)
+
+
+def Allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+    """Persistent Allgatherv."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_allgatherv(self, sendbuf, recvbuf), ALLGATHERV,
+                      _I.Allgatherv_init, (sendbuf, recvbuf, info), True)
+
+
+def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
+    """Persistent Gather."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_gather(self, sendbuf, recvbuf, root), GATHER,
+                      _I.Gather_init, (sendbuf, recvbuf, root, info), True)
+
+
+def Gatherv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
+    """Persistent Gatherv (MPI's, as Igatherv)."""
+    return nb_passed(GATHERV, _I.Gatherv_init(self, sendbuf, recvbuf, root, info))

@@ -1,17 +1,18 @@
-# Nonblocking and persistent collectives, as CXLComm intercepts them: each
-# I-method (Iallreduce, ...) and each *_init method plans the call from
-# what every rank holds alike -- the message sizes, the op and type, the
-# root, the communicator's settled routes, never a timing or a count of
-# calls -- and either passes it to stock MPI or posts it to the pool's
-# worker (pyx/pool/worker.pxi) behind a generalized request, a real
-# MPI.Request (cxlmpi.communicator.requests).  The worker runs the same
-# algorithms as the blocking calls, in the order the calls were posted, and
-# completes the request; a blocking call on the communicator lets it
-# finish first (`settle_posted`, from `enter`).
+# Nonblocking and persistent collectives: what every family's I-methods and
+# *_init methods share (the methods themselves, and the plans that parse
+# their messages, live beside the blocking form in each family's file).  A
+# plan is made from what every rank holds alike -- the message sizes, the
+# op and type, the root, the communicator's settled routes, never a timing
+# or a count of calls -- and either the call passes to stock MPI or it is
+# posted to the pool's worker (pyx/pool/worker.pxi) behind a generalized
+# request, a real MPI.Request (cxlmpi.communicator.requests).  The worker
+# runs the same algorithms as the blocking calls, in the order the calls
+# were posted, and completes the request; a blocking call on the
+# communicator lets it finish first (`settle_posted`, from `enter`).
 #
 # What goes to MPI, always: every form whose sizes only some ranks know
-# (Igather(v), Iscatter(v), Iallgatherv, Ialltoallv, Ireduce_scatter), pools
-# across hosts, and every call where MPI was not started with
+# (Igatherv, Iscatterv, Ialltoallv: a posted call has no header step),
+# pools across hosts, and every call where MPI was not started with
 # MPI_THREAD_MULTIPLE (the worker completes requests from its own thread).
 # A message the pool cannot read in place (a derived datatype, a device
 # array) is staged as for a blocking call: copied in when the call is
@@ -227,318 +228,32 @@ cdef inline object nb_passed(int which, object result):
     return result
 
 
-# ------------------------------------------------------------ the plans
-
-cdef Plan nb_plan_barrier(object comm):
-    if not nb_on or disabled:
-        return None
-    state = _states.get(comm.handle)
-    if state is not None and state.order is not None:
-        return None   # (with CXLMPI_ORDERING, MPI's own barrier does the work)
-    return planned(comm, BARRIER, 0, "post_barrier", (), (), ())
-
-
-cdef Plan nb_plan_bcast(object comm, object buf, int root):
-    if not nb_on or disabled or not 0 <= root < comm_size(comm):
-        return None
-    cdef bint rooted = root == comm_rank(comm)
-    cdef Message m = message(buf, not rooted, 0, lo[BCAST], STAGE_ANY)
-    if m is None:
-        return None
-    return planned(comm, BCAST, m.nbytes, "post_bcast", (m.address, m.nbytes, root),
-                   (m,) if rooted else (), () if rooted else (m,))
+cdef object nb_request(object comm, Plan plan, int which, object stock, tuple args,
+                       bint persistent):
+    """The request of a nonblocking (or, `persistent`, a persistent) call:
+    `plan`'s, or stock's `stock(comm, *args)`, counted as passed."""
+    if plan is None:
+        nb_pass[which] += 1
+        return stock(comm, *args)
+    return _persistent(comm, plan) if persistent else _start_request(comm, plan)
 
 
-cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
-                         object op, int root):
-    """Ireduce (root >= 0), Iallreduce, Iscan and Iexscan."""
-    if not nb_on or disabled or root >= comm_size(comm):
-        return None
-    cdef bint receiving = root < 0 or root == comm_rank(comm)
-    opc = op_code(op)
-    if opc is None:
-        return None
-    cdef Message send, recv = None
-    if receiving:
-        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        if recv is None:
-            return None
-    if sendbuf is _IN_PLACE and receiving:
-        send = recv
-    else:
-        send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
-        if send is None or recv is not None and (
-                send.count != recv.count or send.handle != recv.handle or aliased(send, recv)):
-            return None
-    if send.tcode < 0 or not reducer_defined(opc, send.tcode):
-        return None
-    cdef uintptr_t raddr = recv.address if recv is not None else 0
-    # (Exscan leaves rank 0's receive buffer as it was: a staged one is
-    # filled first, so that copying it back changes nothing)
-    fills = (send, recv) if which == EXSCAN and send is not recv else (send,)
-    drains = (recv,) if recv is not None else ()
-    if which == SCAN or which == EXSCAN:
-        return planned(comm, which, send.nbytes, "post_scan",
-                       (send.address, raddr, send.count, send.itemsize, opc, send.tcode,
-                        which == EXSCAN), fills, drains)
-    return planned(comm, which, send.nbytes, "post_reduce",
-                   (send.address, raddr, send.count, send.itemsize, opc, send.tcode, root),
-                   fills, drains)
-
-
-cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
-    """Iallgather and Ialltoall: decided from the block each rank sends (all
-    send alike)."""
-    if not nb_on or disabled or which == ALLTOALL and not nb_alltoall:
-        return None
-    cdef int size = comm_size(comm), rank = comm_rank(comm), q
-    cdef bint inplace = sendbuf is _IN_PLACE
-    cdef Message recv = message(recvbuf, True, size, 0, STAGE_ANY), send = None
-    if recv is None:
-        return None
-    cdef Py_ssize_t block = recv.nbytes
-    if not inplace:
-        send = message(sendbuf, False, size if which == ALLTOALL else 0, 0, STAGE_ANY)
-        if send is None or send.nbytes != block or aliased(send, recv):
-            return None
-    recv_addrs = [recv.address + q * block for q in range(size)]
-    sizes = [block] * size
-    if which == ALLGATHER:
-        return planned(comm, which, block * size, "post_gather",
-                       (recv_addrs[rank] if inplace else send.address, block, recv_addrs,
-                        sizes, -1, block, "Iallgather"),
-                       (recv if inplace else send,), (recv,))
-    send_addrs = recv_addrs if inplace else [send.address + q * block for q in range(size)]
-    return planned(comm, which, block * size, "post_exchange",
-                   (send_addrs, sizes, recv_addrs, sizes, block, "Ialltoall"),
-                   (recv if inplace else send,), (recv,))
-
-
-cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvbuf,
-                                       object op):
-    if not nb_on or disabled:
-        return None
-    cdef int size = comm_size(comm), d
-    opc = op_code(op)
-    if opc is None:
-        return None
-    cdef Message send = None, recv
-    if sendbuf is _IN_PLACE:
-        recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
-    else:
-        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
-        if send is None or send.count != recv.count or send.handle != recv.handle \
-                or aliased(send, recv):
-            return None
-    if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
-        return None
-    base = recv.address if send is None else send.address
-    return planned(comm, REDUCE_SCATTER_BLOCK, recv.nbytes * size, "post_reduce_scatter",
-                   ([base + d * recv.nbytes for d in range(size)], [recv.count] * size,
-                    recv.address, recv.itemsize, opc, recv.tcode, send is None,
-                    "Ireduce_scatter_block"), (recv if send is None else send,), (recv,))
-
-
-# ------------------------------------------------------------ the methods
-# Each: the plan, or the stock method (counted as passed).  The persistent
-# forms plan once, at *_init: every Start posts the same plan.
-
+# The stock methods, which every form not planned for the pool calls.
 cdef object _I = MPI.Intracomm
-
-
-def Ibarrier(self):
-    """Nonblocking Barrier."""
-    enter_posting(self)
-    plan = nb_plan_barrier(self)
-    return nb_passed(BARRIER, _I.Ibarrier(self)) if plan is None else \
-        _start_request(self, plan)
-
-
-def Ibcast(self, buf, int root=0):
-    """Nonblocking Broadcast."""
-    enter_posting(self)
-    plan = nb_plan_bcast(self, buf, root)
-    return nb_passed(BCAST, _I.Ibcast(self, buf, root)) if plan is None else \
-        _start_request(self, plan)
-
-
-def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
-    """Nonblocking Reduce to root."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
-    return nb_passed(REDUCE, _I.Ireduce(self, sendbuf, recvbuf, op, root)) \
-        if plan is None else _start_request(self, plan)
-
-
-def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
-    """Nonblocking Reduce to all."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
-    return nb_passed(ALLREDUCE, _I.Iallreduce(self, sendbuf, recvbuf, op)) \
-        if plan is None else _start_request(self, plan)
-
-
-def Iscan(self, sendbuf, recvbuf, op=MPI.SUM):
-    """Nonblocking inclusive Scan."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(SCAN, _I.Iscan(self, sendbuf, recvbuf, op)) if plan is None else \
-        _start_request(self, plan)
-
-
-def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
-    """Nonblocking exclusive Scan."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(EXSCAN, _I.Iexscan(self, sendbuf, recvbuf, op)) if plan is None else \
-        _start_request(self, plan)
-
-
-def Iallgather(self, sendbuf, recvbuf):
-    """Nonblocking Gather to All."""
-    enter_posting(self)
-    plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
-    return nb_passed(ALLGATHER, _I.Iallgather(self, sendbuf, recvbuf)) if plan is None \
-        else _start_request(self, plan)
-
-
-def Ialltoall(self, sendbuf, recvbuf):
-    """Nonblocking All to All."""
-    enter_posting(self)
-    plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
-    return nb_passed(ALLTOALL, _I.Ialltoall(self, sendbuf, recvbuf)) if plan is None \
-        else _start_request(self, plan)
-
-
-def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
-    """Nonblocking Reduce-Scatter Block."""
-    enter_posting(self)
-    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
-    return nb_passed(REDUCE_SCATTER_BLOCK, _I.Ireduce_scatter_block(
-        self, sendbuf, recvbuf, op)) if plan is None else _start_request(self, plan)
-
-
-# The forms whose sizes only some ranks know: MPI's, counted.
-def Iallgatherv(self, sendbuf, recvbuf):
-    """Nonblocking Gather to All Vector (MPI's)."""
-    return nb_passed(ALLGATHERV, _I.Iallgatherv(self, sendbuf, recvbuf))
-
-
-def Igather(self, sendbuf, recvbuf, int root=0):
-    """Nonblocking Gather (MPI's)."""
-    return nb_passed(GATHER, _I.Igather(self, sendbuf, recvbuf, root))
-
-
-def Igatherv(self, sendbuf, recvbuf, int root=0):
-    """Nonblocking Gather Vector (MPI's)."""
-    return nb_passed(GATHERV, _I.Igatherv(self, sendbuf, recvbuf, root))
-
-
-def Iscatter(self, sendbuf, recvbuf, int root=0):
-    """Nonblocking Scatter (MPI's)."""
-    return nb_passed(SCATTER, _I.Iscatter(self, sendbuf, recvbuf, root))
-
-
-def Iscatterv(self, sendbuf, recvbuf, int root=0):
-    """Nonblocking Scatter Vector (MPI's)."""
-    return nb_passed(SCATTERV, _I.Iscatterv(self, sendbuf, recvbuf, root))
-
-
-def Ialltoallv(self, sendbuf, recvbuf):
-    """Nonblocking All to All Vector (MPI's)."""
-    return nb_passed(ALLTOALLV, _I.Ialltoallv(self, sendbuf, recvbuf))
-
-
-def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
-    """Nonblocking Reduce-Scatter (MPI's)."""
-    return nb_passed(REDUCE_SCATTER, _I.Ireduce_scatter(self, sendbuf, recvbuf, recvcounts,
-                                                        op))
-
-
-# Persistent (MPI-4): planned at *_init.
-def Barrier_init(self, info=MPI.INFO_NULL):
-    """Persistent Barrier."""
-    enter_posting(self)
-    plan = nb_plan_barrier(self)
-    return nb_passed(BARRIER, _I.Barrier_init(self, info)) if plan is None else \
-        _persistent(self, plan)
-
-
-def Bcast_init(self, buf, int root=0, info=MPI.INFO_NULL):
-    """Persistent Broadcast."""
-    enter_posting(self)
-    plan = nb_plan_bcast(self, buf, root)
-    return nb_passed(BCAST, _I.Bcast_init(self, buf, root, info)) if plan is None else \
-        _persistent(self, plan)
-
-
-def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NULL):
-    """Persistent Reduce."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
-    return nb_passed(REDUCE, _I.Reduce_init(self, sendbuf, recvbuf, op, root, info)) \
-        if plan is None else _persistent(self, plan)
-
-
-def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
-    """Persistent Allreduce."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
-    return nb_passed(ALLREDUCE, _I.Allreduce_init(self, sendbuf, recvbuf, op, info)) \
-        if plan is None else _persistent(self, plan)
-
-
-def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
-    """Persistent inclusive Scan."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(SCAN, _I.Scan_init(self, sendbuf, recvbuf, op, info)) \
-        if plan is None else _persistent(self, plan)
-
-
-def Exscan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
-    """Persistent exclusive Scan."""
-    enter_posting(self)
-    plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(EXSCAN, _I.Exscan_init(self, sendbuf, recvbuf, op, info)) \
-        if plan is None else _persistent(self, plan)
-
-
-def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-    """Persistent Allgather."""
-    enter_posting(self)
-    plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
-    return nb_passed(ALLGATHER, _I.Allgather_init(self, sendbuf, recvbuf, info)) \
-        if plan is None else _persistent(self, plan)
-
-
-def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-    """Persistent Alltoall."""
-    enter_posting(self)
-    plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
-    return nb_passed(ALLTOALL, _I.Alltoall_init(self, sendbuf, recvbuf, info)) \
-        if plan is None else _persistent(self, plan)
-
-
-def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
-    """Persistent Reduce-Scatter Block."""
-    enter_posting(self)
-    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
-    return nb_passed(REDUCE_SCATTER_BLOCK, _I.Reduce_scatter_block_init(
-        self, sendbuf, recvbuf, op, info)) if plan is None else _persistent(self, plan)
 
 
 # The posted forms the pool can take (the others count their calls and go
 # to MPI); the reference's pool table reads it.
 POSTED_TO_POOL = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
-    "Ireduce_scatter_block", "Barrier_init", "Bcast_init", "Reduce_init",
-    "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init",
-    "Reduce_scatter_block_init")
+    "Iallgatherv", "Igather", "Iscatter", "Ireduce_scatter_block", "Ireduce_scatter",
+    "Barrier_init", "Bcast_init", "Reduce_init", "Allreduce_init", "Scan_init",
+    "Exscan_init", "Allgather_init", "Allgatherv_init", "Gather_init", "Scatter_init",
+    "Reduce_scatter_block_init", "Reduce_scatter_init")
 NONBLOCKING_METHODS = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
     "Ialltoall", "Ireduce_scatter_block", "Iallgatherv", "Igather", "Igatherv", "Iscatter",
     "Iscatterv", "Ialltoallv", "Ireduce_scatter", "Barrier_init", "Bcast_init",
     "Reduce_init", "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init",
-    "Alltoall_init", "Reduce_scatter_block_init")
+    "Allgatherv_init", "Gather_init", "Gatherv_init", "Scatter_init", "Scatterv_init",
+    "Alltoall_init", "Alltoallv_init", "Reduce_scatter_block_init", "Reduce_scatter_init")

@@ -1,7 +1,8 @@
 # Reduce, Allreduce, Scan and Exscan, as CXLComm intercepts them:
 # `plan_reduce` checks the messages, the op and the type, `take` names the
 # path, Pool.reduce / Pool.scan (pyx/pool/reduce.pxi) runs it.
-# Module-level functions, bound as methods of CommBase in pyx/_shim.pyx.
+# Module-level functions, bound as methods of CommBase in pyx/_shim.pyx;
+# their nonblocking and persistent forms end the file.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
@@ -118,3 +119,110 @@ def _scan(object self, int which, object sendbuf, object recvbuf, object op):
             pooled(which, send.nbytes, t0)
     if state is not None:
         took(state, which, send.nbytes, code, zc, t)
+
+
+# ------------------------------------------------ nonblocking and persistent
+# The I-forms post the call the plan names (shim/nonblocking.pxi) or pass it
+# to stock MPI, counted; the persistent forms plan once, at *_init, and
+# every Start posts the same plan.
+
+
+cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
+                         object op, int root):
+    """Ireduce (root >= 0), Iallreduce, Iscan and Iexscan."""
+    if not nb_on or disabled or root >= comm_size(comm):
+        return None
+    cdef bint receiving = root < 0 or root == comm_rank(comm)
+    opc = op_code(op)
+    if opc is None:
+        return None
+    cdef Message send, recv = None
+    if receiving:
+        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
+        if recv is None:
+            return None
+    if sendbuf is _IN_PLACE and receiving:
+        send = recv
+    else:
+        send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
+        if send is None or recv is not None and (
+                send.count != recv.count or send.handle != recv.handle or aliased(send, recv)):
+            return None
+    if send.tcode < 0 or not reducer_defined(opc, send.tcode):
+        return None
+    cdef uintptr_t raddr = recv.address if recv is not None else 0
+    # (Exscan leaves rank 0's receive buffer as it was: a staged one is
+    # filled first, so that copying it back changes nothing)
+    fills = (send, recv) if which == EXSCAN and send is not recv else (send,)
+    drains = (recv,) if recv is not None else ()
+    if which == SCAN or which == EXSCAN:
+        return planned(comm, which, send.nbytes, "post_scan",
+                       (send.address, raddr, send.count, send.itemsize, opc, send.tcode,
+                        which == EXSCAN), fills, drains)
+    return planned(comm, which, send.nbytes, "post_reduce",
+                   (send.address, raddr, send.count, send.itemsize, opc, send.tcode, root),
+                   fills, drains)
+
+
+def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
+    """Nonblocking Reduce to root."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
+    return nb_passed(REDUCE, _I.Ireduce(self, sendbuf, recvbuf, op, root)) \
+        if plan is None else _start_request(self, plan)
+
+
+def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+    """Nonblocking Reduce to all."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
+    return nb_passed(ALLREDUCE, _I.Iallreduce(self, sendbuf, recvbuf, op)) \
+        if plan is None else _start_request(self, plan)
+
+
+def Iscan(self, sendbuf, recvbuf, op=MPI.SUM):
+    """Nonblocking inclusive Scan."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
+    return nb_passed(SCAN, _I.Iscan(self, sendbuf, recvbuf, op)) if plan is None else \
+        _start_request(self, plan)
+
+
+def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
+    """Nonblocking exclusive Scan."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
+    return nb_passed(EXSCAN, _I.Iexscan(self, sendbuf, recvbuf, op)) if plan is None else \
+        _start_request(self, plan)
+
+
+def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NULL):
+    """Persistent Reduce."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
+    return nb_passed(REDUCE, _I.Reduce_init(self, sendbuf, recvbuf, op, root, info)) \
+        if plan is None else _persistent(self, plan)
+
+
+def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
+    """Persistent Allreduce."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
+    return nb_passed(ALLREDUCE, _I.Allreduce_init(self, sendbuf, recvbuf, op, info)) \
+        if plan is None else _persistent(self, plan)
+
+
+def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
+    """Persistent inclusive Scan."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
+    return nb_passed(SCAN, _I.Scan_init(self, sendbuf, recvbuf, op, info)) \
+        if plan is None else _persistent(self, plan)
+
+
+def Exscan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
+    """Persistent exclusive Scan."""
+    enter_posting(self)
+    plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
+    return nb_passed(EXSCAN, _I.Exscan_init(self, sendbuf, recvbuf, op, info)) \
+        if plan is None else _persistent(self, plan)

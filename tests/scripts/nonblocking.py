@@ -15,6 +15,8 @@ nothing, and says so).  Scenarios:
               blocking calls in between
   persistent  every persistent collective started many times, data changing;
               Startall over a list mixed with stock persistent requests
+  rooted      Igather, Iscatter, Iallgatherv, Ireduce_scatter and their
+              persistent forms: every root, in place, uneven counts
   progress    a posted call completes while its rank computes without
               calling MPI (the worker progresses it)
   mismatch    rank 0 posts an Iallreduce, the others an Ibcast of the same
@@ -276,6 +278,92 @@ def persistent() -> None:
             req.Free()
 
 
+def rooted() -> None:
+    """The forms whose sizes each rank reads from its own arguments (the
+    root's blocks, the counts every rank passes): posted alike."""
+    for n in (4096, (1 << 16) + 24):
+        for root in range(size):
+            s = data(n, root, np.uint8)
+            ref = np.zeros(n * size, np.uint8) if rank == root else None
+            plain.Gather(s, ref, root)
+            for inplace in (False, True):
+                out = np.zeros(n * size, np.uint8) if rank == root else None
+                if inplace and rank == root:
+                    out[root * n:(root + 1) * n] = s
+                    comm.Igather(MPI.IN_PLACE, out, root).Wait()
+                else:
+                    comm.Igather(s, out, root).Wait()
+                if rank == root:
+                    check(f"Igather {n} root {root} in place {inplace}", out, ref)
+            full = data(n * size, root + 1, np.uint8) if rank == root else None
+            ref = np.zeros(n, np.uint8)
+            plain.Scatter(full, ref, root)
+            for inplace in (False, True):
+                got = np.zeros(n, np.uint8)
+                if inplace and rank == root:
+                    kept = full.copy()
+                    comm.Iscatter(full, MPI.IN_PLACE, root).Wait()
+                    check(f"Iscatter {n} root {root} in place", full, kept)
+                else:
+                    comm.Iscatter(full, got, root).Wait()
+                    check(f"Iscatter {n} root {root}", got, ref)
+        counts = [n // 8 + 3 * q for q in range(size)]
+        displs = [sum(counts[:q]) + 5 * q for q in range(size)]
+        whole = displs[-1] + counts[-1]
+        mine = data(counts[rank], 7)
+        ref = np.zeros(whole)
+        plain.Allgatherv(mine, [ref, (counts, displs), MPI.DOUBLE])
+        for inplace in (False, True):
+            out = np.zeros(whole)
+            if inplace:
+                out[displs[rank]:displs[rank] + counts[rank]] = mine
+                comm.Iallgatherv(MPI.IN_PLACE, [out, (counts, displs), MPI.DOUBLE]).Wait()
+            else:
+                comm.Iallgatherv(mine, [out, (counts, displs), MPI.DOUBLE]).Wait()
+            check(f"Iallgatherv {n} in place {inplace}", out, ref)
+        total = sum(counts)
+        x = data(total, 8)
+        ref = np.zeros(counts[rank])
+        plain.Reduce_scatter(x, ref, counts)
+        out = np.zeros(counts[rank])
+        comm.Ireduce_scatter(x, out, counts).Wait()
+        check(f"Ireduce_scatter {n}", out, ref)
+        y = x.copy()
+        comm.Ireduce_scatter(MPI.IN_PLACE, y, counts).Wait()
+        check(f"Ireduce_scatter {n} in place", y[:counts[rank]], ref)
+    n = 1 << 14
+    s, out = np.zeros(n), np.zeros(n * size)
+    part, full = np.zeros(n), np.zeros(n * size)
+    counts = [n // 2 + q for q in range(size)]
+    v_in, v_out = np.zeros(counts[rank]), np.zeros(sum(counts))
+    rs_in, rs_out = np.zeros(sum(counts)), np.zeros(counts[rank])
+    reqs = [comm.Gather_init(s, out if rank == 0 else None, 0),
+            comm.Scatter_init(full if rank == size - 1 else None, part, size - 1),
+            comm.Allgatherv_init(v_in, [v_out, counts, MPI.DOUBLE]),
+            comm.Reduce_scatter_init(rs_in, rs_out, counts)]
+    for k in range(4):
+        s[:], full[:] = data(n, k), data(n * size, k + 1)
+        v_in[:], rs_in[:] = data(counts[rank], k + 2), data(sum(counts), k + 3)
+        if k % 2:
+            type(reqs[0]).Startall(reqs)
+        else:
+            for r in reqs:
+                r.Start()
+        MPI.Request.Waitall(reqs)
+        refs = [np.zeros(n * size), np.zeros(n), np.zeros(sum(counts)), np.zeros(counts[rank])]
+        plain.Gather(s, refs[0], 0)
+        plain.Scatter(full, refs[1], size - 1)
+        plain.Allgatherv(v_in, [refs[2], counts, MPI.DOUBLE])
+        plain.Reduce_scatter(rs_in, refs[3], counts)
+        if rank == 0:
+            check(f"Gather_init start {k}", out, refs[0])
+        check(f"Scatter_init start {k}", part, refs[1])
+        check(f"Allgatherv_init start {k}", v_out, refs[2])
+        check(f"Reduce_scatter_init start {k}", rs_out, refs[3])
+    for r in reqs:
+        r.Free()
+
+
 def progress() -> None:
     n = 1 << 20
     a = data(n, 1)
@@ -394,6 +482,7 @@ def free() -> None:
 
 
 {"each": each, "inflight": inflight, "persistent": persistent, "progress": progress,
+ "rooted": rooted,
  "mismatch": mismatch, "timeout": timeout, "variants": variants,
  "forms": forms, "free": free}[SCENARIO]()
 rows = _shim.nonblocking_rows()
@@ -402,4 +491,6 @@ passed = sum(r[1] for r in rows.values())
 problems = [p for ps in plain.allgather(problems) for p in ps]
 if rank == 0:
     print("RESULT " + json.dumps({"ok": not problems, "problems": problems[:10],
-                                  "posted": posted, "passed": passed}), flush=True)
+                                  "posted": posted, "passed": passed,
+                                  "by": {k: r[0] for k, r in rows.items() if r[0]}}),
+          flush=True)
