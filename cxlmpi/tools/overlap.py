@@ -33,6 +33,8 @@ OVERLAP_OPS: dict[str, Any] = {
     "Iallreduce": (lambda c, s, r: c.Iallreduce(s, r), lambda n, p: (n, n)),
     "Ibcast": (lambda c, s, r: c.Ibcast(s, 0), lambda n, p: (n, 0)),
     "Iallgather": (lambda c, s, r: c.Iallgather(s, r), lambda n, p: (n, n * p)),
+    "Igather": (lambda c, s, r: c.Igather(s, r, 0), lambda n, p: (n, n * p)),
+    "Iscatter": (lambda c, s, r: c.Iscatter(s, r, 0), lambda n, p: (n * p, n)),
     "Ialltoall": (lambda c, s, r: c.Ialltoall(s, r), lambda n, p: (n * p, n * p)),
 }
 
