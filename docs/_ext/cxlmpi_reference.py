@@ -201,15 +201,20 @@ def pool_table_markdown() -> str:
               "`Barrier` carries no data: it takes the pool once the communicator has a "
               "pool, and only with `CXLMPI_ORDERING=0` (with ordering, MPI's own barrier "
               "already does its work).", ""]
-    from cxlmpi._shim import POSTED_TO_POOL
+    from cxlmpi._shim import POSTED_TO_POOL, POSTED_UNDER_TUNING_POOL
 
     posted = [m for m in extra if m in POSTED_TO_POOL]
-    counted = [m for m in extra if m not in POSTED_TO_POOL]
+    tuned = [m for m in extra if m in POSTED_UNDER_TUNING_POOL]
+    counted = [m for m in extra if m not in POSTED_TO_POOL + POSTED_UNDER_TUNING_POOL]
     if posted:
         lines += ["Nonblocking and persistent forms that take the pool under their "
                   "blocking form's rules (run by the pool's worker thread; see "
                   "*Nonblocking and persistent collectives*): "
                   + ", ".join(f"`{m}`" for m in posted) + ".", ""]
+    if tuned:
+        lines += ["The same, but only with `CXLMPI_TUNING=pool` (run by the worker "
+                  "they were slower than stock's at some sizes): "
+                  + ", ".join(f"`{m}`" for m in tuned) + ".", ""]
     if counted:
         lines += ["Defined by cxlmpi only to count their calls (`cxlmpi.stats()`), they "
                   "go to MPI: " + ", ".join(f"`{m}`" for m in counted) + ".", ""]

@@ -402,7 +402,7 @@ cdef Plan nb_plan_scatter(object comm, object sendbuf, object recvbuf, int root)
     which MPICH takes, too: a posted call has no header step to learn the
     root's block from, as the blocking Scatter does."""
     cdef int size = comm_size(comm), rank = comm_rank(comm), d
-    if not nb_on or disabled or not 0 <= root < size:
+    if not nb_on or not nb_every or disabled or not 0 <= root < size:
         return None
     cdef Message send = None, recv = None
     cdef Py_ssize_t block = 0, stride = 0

@@ -214,7 +214,7 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
 cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
     """Iallgather and Ialltoall: decided from the block each rank sends (all
     send alike)."""
-    if not nb_on or disabled or which == ALLTOALL and not nb_alltoall:
+    if not nb_on or disabled or which == ALLTOALL and not nb_every:
         return None
     cdef int size = comm_size(comm), rank = comm_rank(comm), q
     cdef bint inplace = sendbuf is _IN_PLACE
@@ -283,7 +283,7 @@ cdef Plan nb_plan_gather(object comm, object sendbuf, object recvbuf, int root):
     where the root gathers in place (a posted call never waits for its
     peers to learn a size)."""
     cdef int size = comm_size(comm), rank = comm_rank(comm), q
-    if not nb_on or disabled or not 0 <= root < size:
+    if not nb_on or not nb_every or disabled or not 0 <= root < size:
         return None
     cdef Message send = None, recv = None
     cdef Py_ssize_t block = 0, stride = 0

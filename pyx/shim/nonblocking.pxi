@@ -42,11 +42,12 @@ cdef object _persistent = None       # requests.persistent(comm, plan): the requ
 # CXLMPI_NONBLOCKING, MPI_THREAD_MULTIPLE, and MPI_Grequest_complete found
 cdef bint nb_on = False
 cdef Py_ssize_t nb_floor = 0     # CXLMPI_NONBLOCKING_THRESHOLD
-# Ialltoall takes the pool only under CXLMPI_TUNING=pool: run by the worker
-# it was slower than stock's at most sizes (2 ranks, 2-core VM, bench
-# --overlap: 0.62-1.01x with private buffers, 0.68-1.35x with pool ones),
-# while the blocking Alltoall's own selection keeps MPI where MPI wins.
-cdef bint nb_alltoall = False
+# Ialltoall, Igather and Iscatter take the pool only under
+# CXLMPI_TUNING=pool: run by the worker they were slower than stock's at
+# some sizes, with private buffers and pool ones alike (bench --overlap at 2
+# ranks: results/2026-12-06-vm-2ranks-posted, -rooted), while the blocking
+# forms' own selection keeps MPI where MPI wins.
+cdef bint nb_every = False
 
 
 cdef void nb_complete(uintptr_t request, uintptr_t order, int *rc) noexcept nogil:
@@ -73,9 +74,9 @@ def configure_nonblocking(bint on, Py_ssize_t threshold, bint everything=False):
     """(cxlmpi.config) CXLMPI_NONBLOCKING, where this MPI can host it, and
     CXLMPI_NONBLOCKING_THRESHOLD; `everything` (CXLMPI_TUNING=pool): every
     posted form the pool serves takes it, Ialltoall too."""
-    global nb_on, nb_floor, nb_alltoall
+    global nb_on, nb_floor, nb_every
     nb_floor = threshold
-    nb_alltoall = everything
+    nb_every = everything
     path = getattr(MPI, "__file__", None)
     nb_on = (on and found and path is not None and MPI.Is_initialized()
              and MPI.Query_thread() == MPI.THREAD_MULTIPLE
@@ -242,14 +243,16 @@ cdef object nb_request(object comm, Plan plan, int which, object stock, tuple ar
 cdef object _I = MPI.Intracomm
 
 
-# The posted forms the pool can take (the others count their calls and go
-# to MPI); the reference's pool table reads it.
+# The posted forms the pool takes, those it takes only under
+# CXLMPI_TUNING=pool (the others count their calls and go to MPI); the
+# reference's pool table reads them.
 POSTED_TO_POOL = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
-    "Iallgatherv", "Igather", "Iscatter", "Ireduce_scatter_block", "Ireduce_scatter",
-    "Barrier_init", "Bcast_init", "Reduce_init", "Allreduce_init", "Scan_init",
-    "Exscan_init", "Allgather_init", "Allgatherv_init", "Gather_init", "Scatter_init",
-    "Reduce_scatter_block_init", "Reduce_scatter_init")
+    "Iallgatherv", "Ireduce_scatter_block", "Ireduce_scatter", "Barrier_init", "Bcast_init",
+    "Reduce_init", "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init",
+    "Allgatherv_init", "Reduce_scatter_block_init", "Reduce_scatter_init")
+POSTED_UNDER_TUNING_POOL = (
+    "Ialltoall", "Igather", "Iscatter", "Alltoall_init", "Gather_init", "Scatter_init")
 NONBLOCKING_METHODS = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
     "Ialltoall", "Ireduce_scatter_block", "Iallgatherv", "Igather", "Igatherv", "Iscatter",
