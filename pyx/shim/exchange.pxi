@@ -395,34 +395,40 @@ cdef Plan nb_plan_reduce_scatter(object comm, object sendbuf, object recvbuf,
 
 cdef Plan nb_plan_scatter(object comm, object sendbuf, object recvbuf, int root):
     """Iscatter: decided from the block every rank receives (the root's
-    own, or, scattering in place, its send block).  The root posts the
-    block it sends, so that where it is not what another rank receives,
-    every rank raises the mismatch (stock: a truncation, where a receiver
-    names less) -- receive buffers that name more than the root sends,
-    which MPICH takes, too: a posted call has no header step to learn the
-    root's block from, as the blocking Scatter does."""
+    own, or, where it receives nothing of its own -- in place, None, no
+    elements, as mpi4py passes them -- its send block).  The root posts
+    the block it sends, so that where it is not what another rank
+    receives, every rank raises the mismatch (stock: a truncation, where a
+    receiver names less) -- receive buffers that name more than the root
+    sends, which MPICH takes, too: a posted call has no header step to
+    learn the root's block from, as the blocking Scatter does."""
     cdef int size = comm_size(comm), rank = comm_rank(comm), d
     if not nb_on or not nb_every or disabled or not 0 <= root < size:
         return None
     cdef Message send = None, recv = None
     cdef Py_ssize_t block = 0, stride = 0
-    if rank == root:
-        send = message(sendbuf, False, size, 0, STAGE_ANY)
-        if send is None:
-            return None
-        block = stride = send.nbytes
-    if recvbuf is not _IN_PLACE or rank != root:
-        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
-        if recv is None or send is not None and aliased(send, recv):
-            return None
-        block = recv.nbytes
     zeros = [0] * size
     recv_addrs, recv_sizes = list(zeros), list(zeros)
     if rank != root:
-        recv_addrs[root], recv_sizes[root] = recv.address, block
-        return planned(comm, SCATTER, block * size, "post_exchange",
-                       (zeros, zeros, recv_addrs, recv_sizes, block, "Iscatter", root), (),
-                       (recv,))
+        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+        if recv is None:
+            return None
+        recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
+        return planned(comm, SCATTER, recv.nbytes * size, "post_exchange",
+                       (zeros, zeros, recv_addrs, recv_sizes, recv.nbytes, "Iscatter", root),
+                       (), (recv,))
+    send = message(sendbuf, False, size, 0, STAGE_ANY)
+    if send is None:
+        return None
+    block = stride = send.nbytes
+    if recvbuf is not None and recvbuf is not _IN_PLACE:
+        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+        if recv is None or aliased(send, recv):
+            return None
+        if recv.nbytes == 0:
+            recv = None   # (MPI copies nothing out of its own block)
+        else:
+            block = recv.nbytes
     send_addrs = [send.address + d * stride for d in range(size)]
     send_sizes = [stride] * size
     recv_addrs[root] = send_addrs[root] if recv is None else recv.address

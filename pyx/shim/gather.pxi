@@ -275,13 +275,14 @@ cdef Plan nb_plan_allgatherv(object comm, object sendbuf, object recvbuf):
 
 cdef Plan nb_plan_gather(object comm, object sendbuf, object recvbuf, int root):
     """Igather: decided from the block every rank sends (the root's own,
-    or, gathering in place, its receive block).  The root posts the block
-    its buffer holds where that is smaller than what it sends (stock: a
+    or, where it sends nothing of its own -- in place, None, no elements, as
+    mpi4py passes them -- its receive block).  The root posts the block its
+    buffer holds where that is smaller than what it sends (stock: a
     truncation), and every rank raises the mismatch: never a write past
     its blocks.  Receive blocks larger than the others send, which the
     blocking Gather learns of in its header step, meet the mismatch too
-    where the root gathers in place (a posted call never waits for its
-    peers to learn a size)."""
+    where the root sends nothing of its own (a posted call never waits for
+    its peers to learn a size)."""
     cdef int size = comm_size(comm), rank = comm_rank(comm), q
     if not nb_on or not nb_every or disabled or not 0 <= root < size:
         return None
@@ -292,15 +293,21 @@ cdef Plan nb_plan_gather(object comm, object sendbuf, object recvbuf, int root):
         if recv is None:
             return None
         block = stride = recv.nbytes
-    if sendbuf is not _IN_PLACE or rank != root:
+        if sendbuf is not None and sendbuf is not _IN_PLACE:
+            send = message(sendbuf, False, 0, 0, STAGE_ANY)
+            if send is None or aliased(send, recv):
+                return None
+            if send.nbytes == 0:
+                send = None   # (MPI copies nothing into its own block)
+            else:
+                block = send.nbytes
+    else:
         send = message(sendbuf, False, 0, 0, STAGE_ANY)
-        if send is None or recv is not None and aliased(send, recv):
+        if send is None:
             return None
-        block = send.nbytes
-    if rank != root:
-        return planned(comm, GATHER, block * size, "post_gather",
-                       (send.address, block, [0] * size, [block] * size, root, block,
-                        "Igather"), (send,), ())
+        return planned(comm, GATHER, send.nbytes * size, "post_gather",
+                       (send.address, send.nbytes, [0] * size, [send.nbytes] * size, root,
+                        send.nbytes, "Igather"), (send,), ())
     cdef Py_ssize_t got = min(block, stride)
     addrs = [recv.address + q * stride for q in range(size)]
     return planned(comm, GATHER, block * size, "post_gather",
