@@ -55,9 +55,11 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
 from libc.stdint cimport uintptr_t, uint64_t
 from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
-from libc.string cimport memcmp, memset, strcmp, strcpy, strlen
+from libc.string cimport memcmp, memcpy, memset, strcmp, strcpy, strlen
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.long cimport PyLong_AsSsize_t
 from cpython.pycapsule cimport PyCapsule_GetPointer
 

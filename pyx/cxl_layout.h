@@ -66,7 +66,9 @@ typedef struct {
                             *      the ranks' calls out of step (a peer's
                             *      first step of a call it made no step of):
                             *      the peers raise the mismatch too, instead
-                            *      of waiting for a step that never comes */
+                            *      of waiting for a step that never comes;
+                            *      with the top bit, the call this rank
+                            *      refused (a message outside its buffer) */
     /* line 2: written only when this rank falls asleep, wakes, or waits on
      * another CPU; read by every peer after each store of its seq or
      * passed (a pass-through call among them): kept out of lines 0 and 1

@@ -231,6 +231,18 @@ class Hierarchy:
             return []
         return [self.groups[self.group][q] for q in self.pool.out_of_step()]
 
+    def refused(self) -> list[int]:
+        """The ranks of this group that refused a message (Pool.refused)."""
+        if self.pool is None:
+            return []
+        return [self.groups[self.group][q] for q in self.pool.refused()]
+
+    def refuse(self) -> None:
+        """Pool.refuse in this rank's group (the other groups' leaders, in
+        the leaders' MPI step, time out)."""
+        if self.pool is not None:
+            self.pool.refuse()
+
     def barrier(self) -> None:
         self._count()
         self._local("barrier")

@@ -16,6 +16,7 @@ from .. import _shim, config, select
 from .._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, on_short, warn_no_space
 from ..errors import (
     CXLMPIError,
+    CXLMPIMessageError,
     CXLMPIMismatchError,
     CXLMPIPeerError,
     CXLMPIPoolError,
@@ -348,6 +349,18 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
             head + "a rank sends a block of a size its receiver does not expect "
             "(the counts of the ranks must agree, as MPI requires)")
     found = pool.out_of_step() if pool is not None else []
+    refused = pool.refused() if pool is not None else []
+    if refused:
+        err = CXLMPIMessageError(
+            f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of {comm.Get_size()}): "
+            f"rank{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} "
+            f"refused {'their' if len(refused) > 1 else 'its'} message of a call the "
+            "others ran in the pool (a count or block outside its buffer; that rank raised "
+            "the details); the communicator's pool is closed, and its collectives raise "
+            "this error from here")
+        state.close()
+        state.error = err
+        return err
     if found:
         # Not stopped at the same step: one rank saw another's step of a call
         # it made no step of.  Its pool is of no use to these calls any more.
@@ -371,6 +384,21 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
     return CXLMPIMismatchError(
         head + "; ".join(parts) + " (sizes, roots, ops and types must agree on every rank, "
         "as MPI requires)")
+
+
+def refuse(comm: MPI.Intracomm, state: _State, err: Exception) -> Exception:
+    """This rank refused its message (`err`, a CXLMPIMessageError) of a call
+    that its peers run in the pool: they are told (Pool.refuse) and raise
+    too; its pool closes, and its later collectives on `comm` raise."""
+    if state.pool is not None:
+        state.pool.refuse()
+    name = comm.Get_name() or f"communicator {comm.handle:#x}"
+    state.close()
+    state.error = CXLMPIMessageError(
+        f"cxlmpi: {name} (rank {comm.Get_rank()}): this rank refused its message of an "
+        f"earlier pool call ({err}); its peers raised, and the communicator's collectives "
+        "raise this error from here")
+    return err
 
 
 def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
@@ -451,7 +479,7 @@ def _revoked(exc: PoolFailure, name: str, rank: int) -> str:
             f"Raise CXLMPI_LEASE_BEATS above the longest pause")
 
 
-_shim.bind(_state_for, _fail, order_timed_out)
+_shim.bind(_state_for, _fail, order_timed_out, refuse)
 
 _OP_NAMES = {code: name for name, code in OP_CODES.items()}
 _TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}

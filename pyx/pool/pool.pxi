@@ -245,6 +245,32 @@ cdef class _Collectives(_Arenas):
                 out.append(q)
         return out
 
+    def refused(self):
+        """The ranks that refused their message of a call (`refuse`)."""
+        self._check()
+        cdef cxl_ctrl *line
+        out = []
+        for q in range(self.st.size):
+            line = ctrl(&self.st, q)
+            if self.st.sw:
+                cxl_flush(line.sig, LINE_NBYTES, 1)
+            if cxl_load_acquire(&line.broken) >> 63:
+                out.append(q)
+        return out
+
+    def refuse(self):
+        """This rank refuses its message of the call its peers run in the
+        pool (a count or block outside its buffer): it takes no step of it,
+        and its peers, waiting for its step, raise (as for calls out of
+        step) instead of waiting out their timeout."""
+        self._check()
+        cdef cxl_ctrl *mine = ctrl(&self.st, self.st.rank)
+        cxl_store_release(&mine.broken, (self.st.ops + 1) | (<uint64_t>1 << 63))
+        if self.st.sw:
+            cxl_flush(mine.sig, LINE_NBYTES, 0)
+        else:
+            wake_sleepers(&self.st)
+
     def barrier(self, int flags=0):
         """All ranks of the pool meet (no data)."""
         self._check()

@@ -167,6 +167,7 @@ def Alltoallv(self, sendbuf, recvbuf):
         try:
             rvec = vector(recvbuf, True, size)
             svec = vector(sendbuf, False, size)
+            raise_refusal()
         except ValueError as exc:  # outside its buffer: every rank raises
             refused = exc
         if rvec is not None and svec is not None and not aliased(svec.m, rvec.m):

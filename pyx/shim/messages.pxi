@@ -27,8 +27,13 @@
 # that the call passes through and the user sees mpi4py's own exception.
 # The one case where stock would go on and corrupt memory (an explicit
 # count larger than the buffer, a block outside it, receive blocks that
-# overlap) raises a CXLMPIMessageError (a ValueError) here before any
-# memory is touched.  `aliased` tells whether a call's two messages share
+# overlap) is noted as refused (settings.pxi's `note_refusal`; a count
+# beyond what memory holds raises a CXLMPIMessageError, a ValueError, here)
+# and the message parsed as its counts say: the call decides its path as
+# its peers do, and where that is the pool, `run` refuses it before any
+# memory is touched (every rank raises); where it is MPI, MPI gets the
+# message as given, as under stock MPI.  One rank raising alone left its
+# peers waiting in the pool or in MPI.  `aliased` tells whether a call's two messages share
 # memory.  unpack, lookup_type, format_type and read_layout are shared
 # with staging.pxi, format_entry and BYTE_FORMAT with direct.pxi (which
 # reads a bare buffer's type as `message` does); the other helpers, whose
@@ -55,8 +60,14 @@ cdef class Message:
     # not the temporary's; a vector's from its first block to its last):
     # a call's two messages must not share any (`aliased`).
     cdef uintptr_t lo, hi
+    # A refused message (see above): its scratch copy, which reaches as far
+    # as its counts say, and the user's bytes as they were (a receive
+    # message's: what a call that wrote the scratch copies back).
+    cdef object scratch, before
 
     def __dealloc__(self):
+        if self.scratch is not None and self.before is not None:
+            _copy_back(self)
         if self.held:
             PyBuffer_Release(&self.view)
 
@@ -202,6 +213,46 @@ cdef Message _get_buffer(object o_buf, object o_type, bint writable):
     return m
 
 
+# The largest scratch copy a refused message gets; one that reaches further
+# raises at once (every rank's own arguments would have to be absurd).
+DEF SCRATCH_MAX = 1 << 30
+
+
+cdef int _refused(Message m, Py_ssize_t reach, object err, bint writable) except -1:
+    """Note `m` as refused (`err`) and move it to a scratch copy of the
+    user's buffer that reaches `reach` bytes past the buffer's start: a
+    call that MPI runs reads and writes the copy, never past the buffer,
+    and the part inside the buffer is copied back (`_copy_back`); a call
+    that would take the pool is refused before it touches either."""
+    if reach > SCRATCH_MAX:
+        raise err
+    import numpy
+    import warnings
+
+    tmp = numpy.zeros(reach, numpy.uint8)
+    cdef uintptr_t base = <uintptr_t>tmp.ctypes.data
+    memcpy(<void *>base, m.view.buf, m.view.len)
+    m.address = base + (m.address - <uintptr_t>m.view.buf)
+    m.scratch = tmp
+    if writable:
+        m.before = PyBytes_FromStringAndSize(<char *>m.view.buf, m.view.len)
+    note_refusal(err)
+    warnings.warn(f"cxlmpi: {err} (where the call takes the pool, every rank raises; "
+                  f"where it goes to MPI, it runs on a scratch copy: MPI would read or "
+                  f"write past the buffer)", RuntimeWarning)
+    return 0
+
+
+cdef void _copy_back(Message m) noexcept:
+    """A refused receive message's scratch copy, back into the user's
+    buffer -- only where a call wrote it (a nonblocking call that MPI runs
+    on the user's message as given writes the buffer itself)."""
+    cdef const char *before = <const char *>m.before
+    cdef void *tmp = <void *><uintptr_t>m.scratch.ctypes.data
+    if memcmp(tmp, before, m.view.len) != 0:
+        memcpy(m.view.buf, tmp, m.view.len)
+
+
 cdef object _outside(str what, object nbytes, Py_ssize_t length):
     """The error for a message whose `what` reaches `nbytes` bytes (a Python
     int: it cannot wrap around) into a buffer of `length` bytes."""
@@ -283,8 +334,11 @@ cdef Message _parse(object msg, bint writable, int blocks=0):
     # In elements, never in bytes: count x nblocks x itemsize may wrap around
     # (2**61 + 1024 doubles "need" 8 KiB in 64 bits).
     if count > length // m.itemsize // nblocks:
-        raise _outside(f"{nblocks} x {count} of {m.datatype.Get_name()}",
+        err = _outside(f"{nblocks} x {count} of {m.datatype.Get_name()}",
                        int(nblocks) * int(count) * m.itemsize, length)
+        if count > (PY_SSIZE_T_MAX - offset) // m.itemsize // nblocks:
+            raise err   # (more bytes than memory holds)
+        _refused(m, offset + count * nblocks * m.itemsize, err, writable)
     m.address += offset
     m.count = count
     m.nbytes = count * m.itemsize
@@ -394,14 +448,18 @@ cdef Vector _read_vector(object msg, bint writable, int blocks):
     total = acc = 0
     v.largest = 0
     v.ints = True
+    outside = None
     for i in range(blocks):
         c, d = v.counts[i], v.displs[i]
         if c < 0 or d < 0 or d > length or c > length - d:
             from .errors import CXLMPIMessageError
 
-            raise CXLMPIMessageError(
+            err = CXLMPIMessageError(
                 f"message: block {i} (displacement {d}, count {c}) runs outside "
                 f"a buffer of {length} elements")
+            if c < 0 or d < 0 or c > PY_SSIZE_T_MAX // m.itemsize - d:
+                raise err
+            outside = outside or err
         if c > v.largest:
             v.largest = c
         if c > INT_MAX or d > INT_MAX:
@@ -421,6 +479,8 @@ cdef Vector _read_vector(object msg, bint writable, int blocks):
             acc = d + c
             first = min(first, d)
             end = max(end, d + c)
+    if outside is not None:
+        _refused(m, end * m.itemsize, outside, writable)
     if writable and not ordered:
         spans = []   # (a loop, not a generator: no closure scope on every call)
         for i in range(blocks):
@@ -431,8 +491,9 @@ cdef Vector _read_vector(object msg, bint writable, int blocks):
             if spans[i][0] < spans[i - 1][1]:
                 from .errors import CXLMPIMessageError
 
-                raise CXLMPIMessageError(
-                    f"message: receive blocks overlap at element {spans[i][0]}")
+                note_refusal(CXLMPIMessageError(
+                    f"message: receive blocks overlap at element {spans[i][0]}"))
+                break
     m.count = total   # (blocks of a send buffer may overlap: up to blocks x length)
     m.nbytes = total * m.itemsize
     m.lo = m.address + <size_t>(min(first, end) * m.itemsize)
@@ -522,9 +583,10 @@ cdef Vector vector(object msg, bint writable, int blocks, bint staged=False):
     """A `Vector` of a vector message (the forms above), or None when
     neither the pool nor a straight call can take it (mpi4py's method then
     reports what it finds wrong); `staged` (a receive vector only): one of
-    a derived datatype or in a device array, staged.  Raises ValueError
-    when a block runs outside the buffer or two blocks of a receive buffer
-    (`writable`) overlap: MPI would write out of bounds there."""
+    a derived datatype or in a device array, staged.  A block that runs
+    outside the buffer, or two blocks of a receive buffer (`writable`) that
+    overlap, are noted as refused (see above): MPI would write out of
+    bounds there."""
     cdef Vector v = _read_vector(msg, writable, blocks)
     if v is None and staged:
         v = staged_vector(msg, blocks)

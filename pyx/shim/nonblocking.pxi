@@ -125,6 +125,10 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
             code = 1
     if code <= 0:
         return None
+    if _refusals:
+        err = take_refusal()
+        if err is not None:   # (before the worker touches a byte of it)
+            raise _refuse(comm, state, err)
     cdef Plan p = Plan.__new__(Plan)
     p.state, p.which, p.nbytes, p.keep = state, which, nbytes, fills + drains
     p.fills, p.drains = fills, drains

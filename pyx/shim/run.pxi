@@ -123,12 +123,14 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
     if ok and rank == root:
         try:
             vec = vector(vbuf, vwritable, size)
+            raise_refusal()
         except ValueError as exc:
             vec, refused = None, exc
         ok = vec is not None
     if ok and not (rank == root and own is _IN_PLACE):
         try:
             mine = message(own, not vwritable, 0, 0, STAGE_NONE)
+            raise_refusal()
         except ValueError as exc:
             mine, refused = None, exc
         ok = mine is not None and (rank != root or
@@ -195,6 +197,7 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
                 mine = message(own, not gathering, 0, lo[which] // size)
                 if mine is not None:
                     block = mine.nbytes
+            raise_refusal()
         except ValueError as exc:   # outside its buffer: every rank raises
             refused, block = exc, -1
     if block >= 0:
@@ -235,6 +238,10 @@ cdef int run(object comm, int which, int code, object stock, tuple stock_args,
     (the stock collective) instead, as every rank does then (-1).  (No
     lambda: a method that makes a closure allocates its scope on every
     call, pass-through or not.)"""
+    if _refusals:
+        err = take_refusal()
+        if err is not None:   # (before the pool touches a byte of it)
+            raise _refuse(comm, comm_state(comm), err)
     try:
         if code > 1:
             res = method(*args, flags=code - 1)

@@ -89,6 +89,36 @@ def configure(cfg):
     configured = True
 
 
+# Messages refused while their call decides its path (messages.pxi: a count
+# or block outside the buffer), by thread: `run` and `planned` refuse the
+# call where it would take the pool (its peers are told, and raise too); a
+# call that goes to MPI gets the message as given, as under stock MPI; the
+# next call forgets it.
+cdef dict _refusals = {}
+
+
+cdef inline int note_refusal(object err) except -1:
+    """Record `err` for the current call (its first refusal is kept)."""
+    _refusals.setdefault(PyThread_get_thread_ident(), err)
+    return 0
+
+
+cdef inline object take_refusal():
+    """The current call's refusal (forgotten here), or None."""
+    if not _refusals:
+        return None
+    return _refusals.pop(PyThread_get_thread_ident(), None)
+
+
+cdef inline int raise_refusal() except -1:
+    """Raise the current call's refusal (for the calls whose header step
+    makes every rank raise it: run.pxi's `settle`)."""
+    err = take_refusal()
+    if err is not None:
+        raise err
+    return 0
+
+
 cdef inline int enter(object comm) except -1:
     """At the start of every intercepted blocking call: `enter_posting`,
     and the calls posted on `comm`'s pool end first (shim/nonblocking.pxi)."""
@@ -104,6 +134,8 @@ cdef inline int enter_posting(object comm) except -1:
     where it matters, once; the windows are those of `comm`'s pool."""
     if not configured:
         _config.get()
+    if _refusals:
+        take_refusal()
     if world_check is not None:
         check_world(comm)
     if hosts_apart:

@@ -11,6 +11,7 @@ states = {}
 cdef dict _states = states
 cdef object _state_for = None
 cdef object _fail = None
+cdef object _refuse = None
 cdef object _order_failed = None
 
 
@@ -88,13 +89,15 @@ cdef inline int comm_size(object comm) except -1:
     return _sized_size
 
 
-def bind(state_for, fail, order_failed):
+def bind(state_for, fail, order_failed, refuse):
     """Install cxlmpi.pools.state's state set-up and failure reporting (of the
-    algorithms, and of the MPI barrier that ends a pool collective)."""
-    global _state_for, _fail, _order_failed
+    algorithms, of the MPI barrier that ends a pool collective, of a
+    message this rank refused)."""
+    global _state_for, _fail, _order_failed, _refuse
     _state_for = state_for
     _fail = fail
     _order_failed = order_failed
+    _refuse = refuse
 
 
 cpdef object pool_of(object comm, int which=-1):

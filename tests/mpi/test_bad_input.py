@@ -1,6 +1,7 @@
 """Bad input: the exception stock mpi4py raises (or a clear ValueError),
 before any memory is touched.  Every case here raises on every rank, so no
-rank is left in a collective."""
+rank is left in a collective (test_refused_on_one_rank.py: a message only
+one rank's own arguments make bad)."""
 
 from __future__ import annotations
 
@@ -122,19 +123,32 @@ def test_user_op_passes_through(comm, n):
         op.Free()
 
 
-def test_count_beyond_buffer_is_refused(comm):
-    """Stock would read/write past the buffer; cxlmpi refuses (all ranks)."""
+def test_count_beyond_buffer_is_refused():
+    """Every rank names 16 doubles more than its buffers hold (the memory
+    past them is the test's own).  Stock reads and writes past them; where
+    the call takes the pool, cxlmpi refuses it on every rank before
+    touching a byte; where it goes to MPI, it runs on scratch copies that
+    reach that far: stock's values inside the buffer, nothing past it."""
     count = counts_for(np.float64)[-1]
-    send = make_data(np.float64, count, 38)
-    recv = np.zeros(count + 16)
-    guard = recv[count:].copy()
+    send = make_data(np.float64, count + 16, 38)
+    got, want = np.zeros(count + 16), np.zeros(count + 16)
+    comm = cxlmpi.wrap(PLAIN.Dup())   # (refused in the pool, its pool closes)
     try:
-        comm.Allreduce([send, count + 16, MPI.DOUBLE], [recv[:count], count + 16, MPI.DOUBLE])
+        comm.Allreduce([send[:count], count + 16, MPI.DOUBLE],
+                       [got[:count], count + 16, MPI.DOUBLE])
         raised = None
     except ValueError as exc:
         raised = exc
-    agree(raised is not None and "buffer holds" in str(raised), "count beyond buffer")
-    agree(np.array_equal(recv[count:], guard), "nothing written past the buffer")
+    comm.Free()
+    PLAIN.Allreduce([send[:count], count + 16, MPI.DOUBLE],
+                    [want[:count], count + 16, MPI.DOUBLE])
+    outcomes = PLAIN.allgather(raised is not None)
+    if raised is not None:
+        agree(all(outcomes) and "buffer holds" in str(raised), f"refused: {outcomes}")
+    else:
+        agree(not any(outcomes) and np.array_equal(got[:count], want[:count]),
+              "as stock inside the buffer, through MPI")
+    agree(not np.any(got[count:]), "nothing written past the buffer")
 
 
 def _guarded(n: int, dtype=np.float64):

@@ -207,27 +207,38 @@ def comm_threshold() -> int:
     return CFG.threshold
 
 
-def test_bad_vector_messages_raise_before_writing(comm):
-    """Displacements past the end or overlapping receive blocks: ValueError
-    on every rank (each rank's own message is bad), nothing written."""
+def test_bad_vector_messages_write_nothing_past_the_buffer(comm):
+    """Displacements past the end, or overlapping receive blocks, on every
+    rank.  Where the call would take the pool, every rank raises a
+    ValueError before writing; where it goes to MPI, MPI gets them on a
+    scratch copy reaching as far as the blocks do (receive blocks that
+    overlap, as given): what lands in the buffer is what stock puts there
+    given room enough, and nothing lands past it."""
     counts = [4] * SIZE
-    errors = []
+    problems = []
     for displs in ([0] + [100] * (SIZE - 1), [0] * SIZE):
         if SIZE == 1 and displs == [0]:
             displs = [100]
-        buf = np.zeros(4 * SIZE)
-        guard = buf.copy()
+        whole = np.zeros(4 * SIZE + 8)
+        buf = whole[:4 * SIZE]
+        mine = comm.Dup()   # (refused in the pool, its pool closes)
         try:
-            comm.Allgatherv(np.ones(4), [buf, counts, displs, MPI.DOUBLE])
-            errors.append(None)
+            mine.Allgatherv(np.ones(4) * (RANK + 1), [buf, counts, displs, MPI.DOUBLE])
+            raised = None
         except ValueError as exc:
-            errors.append(str(exc))
-        if not np.array_equal(buf, guard):
-            errors.append("written")
-    ok = errors[0] is not None and "outside" in errors[0] and "written" not in errors
-    if SIZE > 1:
-        ok = ok and errors[1] is not None and "overlap" in errors[1]
-    agree(ok, f"bad vectors: {errors}")
+            raised = str(exc)
+        mine.Free()
+        roomy = np.zeros(4 * SIZE + 200)
+        PLAIN.Allgatherv(np.ones(4) * (RANK + 1), [roomy, counts, displs, MPI.DOUBLE])
+        everyone = PLAIN.allgather(raised is not None)
+        if any(everyone) and not (all(everyone) and ("outside" in raised or
+                                                     "overlap" in raised)):
+            problems.append(f"{displs}: raised on some ranks only, or unclearly: {raised}")
+        if np.any(whole[4 * SIZE:]):
+            problems.append(f"{displs}: written past the buffer")
+        if raised is None and not np.array_equal(buf, roomy[:4 * SIZE]):
+            problems.append(f"{displs}: not stock's values")
+    agree(not problems, f"bad vectors: {problems}")
 
 
 def test_every_family_used_the_pool(comm):
