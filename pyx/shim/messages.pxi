@@ -27,17 +27,12 @@
 # that the call passes through and the user sees mpi4py's own exception.
 # The one case where stock would go on and corrupt memory (an explicit
 # count larger than the buffer, a block outside it, receive blocks that
-# overlap) is noted as refused (settings.pxi's `note_refusal`; a count
-# beyond what memory holds raises a CXLMPIMessageError, a ValueError, here)
-# and the message parsed as its counts say: the call decides its path as
-# its peers do, and where that is the pool, `run` refuses it before any
-# memory is touched (every rank raises); where it is MPI, MPI gets the
-# message as given, as under stock MPI.  One rank raising alone left its
-# peers waiting in the pool or in MPI.  `aliased` tells whether a call's two messages share
-# memory.  unpack, lookup_type, format_type and read_layout are shared
-# with staging.pxi, format_entry and BYTE_FORMAT with direct.pxi (which
-# reads a bare buffer's type as `message` does); the other helpers, whose
-# names begin with _, are this file's own.
+# overlap) is parsed as its counts say and refused (refusals.pxi).
+# `aliased` tells whether a call's two messages share memory.  unpack,
+# lookup_type, format_type and read_layout are shared with staging.pxi,
+# format_entry and BYTE_FORMAT with direct.pxi (which reads a bare buffer's
+# type as `message` does); the other helpers, whose names begin with _, are
+# this file's own.
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
@@ -64,10 +59,11 @@ cdef class Message:
     # as its counts say, and the user's bytes as they were (a receive
     # message's: what a call that wrote the scratch copies back).
     cdef object scratch, before
+    cdef uintptr_t scratch_at
 
     def __dealloc__(self):
         if self.scratch is not None and self.before is not None:
-            _copy_back(self)
+            copy_back(self)
         if self.held:
             PyBuffer_Release(&self.view)
 
@@ -213,56 +209,6 @@ cdef Message _get_buffer(object o_buf, object o_type, bint writable):
     return m
 
 
-# The largest scratch copy a refused message gets; one that reaches further
-# raises at once (every rank's own arguments would have to be absurd).
-DEF SCRATCH_MAX = 1 << 30
-
-
-cdef int _refused(Message m, Py_ssize_t reach, object err, bint writable) except -1:
-    """Note `m` as refused (`err`) and move it to a scratch copy of the
-    user's buffer that reaches `reach` bytes past the buffer's start: a
-    call that MPI runs reads and writes the copy, never past the buffer,
-    and the part inside the buffer is copied back (`_copy_back`); a call
-    that would take the pool is refused before it touches either."""
-    if reach > SCRATCH_MAX:
-        raise err
-    import numpy
-    import warnings
-
-    tmp = numpy.zeros(reach, numpy.uint8)
-    cdef uintptr_t base = <uintptr_t>tmp.ctypes.data
-    memcpy(<void *>base, m.view.buf, m.view.len)
-    m.address = base + (m.address - <uintptr_t>m.view.buf)
-    m.scratch = tmp
-    if writable:
-        m.before = PyBytes_FromStringAndSize(<char *>m.view.buf, m.view.len)
-    note_refusal(err)
-    warnings.warn(f"cxlmpi: {err} (where the call takes the pool, every rank raises; "
-                  f"where it goes to MPI, it runs on a scratch copy: MPI would read or "
-                  f"write past the buffer)", RuntimeWarning)
-    return 0
-
-
-cdef void _copy_back(Message m) noexcept:
-    """A refused receive message's scratch copy, back into the user's
-    buffer -- only where a call wrote it (a nonblocking call that MPI runs
-    on the user's message as given writes the buffer itself)."""
-    cdef const char *before = <const char *>m.before
-    cdef void *tmp = <void *><uintptr_t>m.scratch.ctypes.data
-    if memcmp(tmp, before, m.view.len) != 0:
-        memcpy(m.view.buf, tmp, m.view.len)
-
-
-cdef object _outside(str what, object nbytes, Py_ssize_t length):
-    """The error for a message whose `what` reaches `nbytes` bytes (a Python
-    int: it cannot wrap around) into a buffer of `length` bytes."""
-    from .errors import CXLMPIMessageError
-
-    return CXLMPIMessageError(
-        f"message: {what} reaches {nbytes} bytes but the buffer holds {length}; "
-        f"pass counts and displacements that fit the buffer")
-
-
 cdef Message _parse_typed(object o_buf, object dtype, tuple info, bint writable, int blocks):
     """`_parse` of the commonest list form, ``[buf, MPI.DOUBLE]`` (a
     predefined datatype object, `info` its type_info): no format to read,
@@ -317,8 +263,8 @@ cdef Message _parse(object msg, bint writable, int blocks=0):
                 if displ <= PY_SSIZE_T_MAX // m.itemsize:
                     return None  # stock reports it (displacement out of bounds)
                 # stock's own check wraps around here: refuse it
-                raise _outside(f"displacement {displ} of {m.datatype.Get_name()}",
-                               int(displ) * m.itemsize, length)
+                raise outside_error(f"displacement {displ} of {m.datatype.Get_name()}",
+                                    int(displ) * m.itemsize, length)
             offset = displ * m.itemsize
             length -= offset
         if o_count is not None:
@@ -334,11 +280,11 @@ cdef Message _parse(object msg, bint writable, int blocks=0):
     # In elements, never in bytes: count x nblocks x itemsize may wrap around
     # (2**61 + 1024 doubles "need" 8 KiB in 64 bits).
     if count > length // m.itemsize // nblocks:
-        err = _outside(f"{nblocks} x {count} of {m.datatype.Get_name()}",
-                       int(nblocks) * int(count) * m.itemsize, length)
+        err = outside_error(f"{nblocks} x {count} of {m.datatype.Get_name()}",
+                            int(nblocks) * int(count) * m.itemsize, length)
         if count > (PY_SSIZE_T_MAX - offset) // m.itemsize // nblocks:
             raise err   # (more bytes than memory holds)
-        _refused(m, offset + count * nblocks * m.itemsize, err, writable)
+        to_scratch(m, offset + count * nblocks * m.itemsize, err, writable)
     m.address += offset
     m.count = count
     m.nbytes = count * m.itemsize
@@ -480,7 +426,7 @@ cdef Vector _read_vector(object msg, bint writable, int blocks):
             first = min(first, d)
             end = max(end, d + c)
     if outside is not None:
-        _refused(m, end * m.itemsize, outside, writable)
+        to_scratch(m, end * m.itemsize, outside, writable)
     if writable and not ordered:
         spans = []   # (a loop, not a generator: no closure scope on every call)
         for i in range(blocks):
