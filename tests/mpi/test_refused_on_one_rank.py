@@ -49,6 +49,17 @@ def _barrier(c: MPI.Intracomm, whole: np.ndarray) -> int:
     return len(whole)
 
 
+def _across_groups() -> bool:
+    from cxlmpi.pools.hierarchy import Hierarchy
+    from cxlmpi.pools.state import pool_state
+
+    probe = cxlmpi.wrap(PLAIN.Dup())
+    try:
+        return isinstance(pool_state(probe), Hierarchy)
+    finally:
+        probe.Free()
+
+
 @pytest.mark.parametrize("first", [False, True], ids=["set-up", "first-call"])
 def test_a_message_refused_on_one_rank_fails_no_peer(first: bool) -> None:
     """Bcast, then Allgatherv, each refused on rank 1 only, then a Barrier
@@ -58,6 +69,10 @@ def test_a_message_refused_on_one_rank_fails_no_peer(first: bool) -> None:
     rank raised, every rank raised by the Barrier."""
     if SIZE < 2:
         pytest.skip("needs a peer")
+    if _across_groups():
+        pytest.skip("across pool groups, the other groups' ranks see a refusal only when "
+                    "their leaders' step or their ordering barrier times out "
+                    "(CXLMPI_TIMEOUT): no hang, but too slow for this suite")
     wrapped = cxlmpi.wrap(PLAIN.Dup())
     plain = PLAIN.Dup()
     if not first:
