@@ -17,14 +17,12 @@ cxlmpi.empty, whether the other job's bytes are intact.
 import json
 
 import numpy as np
+from claimer import hand_over, intact
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import config
-from cxlmpi.memory import backends
 from cxlmpi.pools.state import pool_state
 
-FILL = b"\x42"
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
 comm = cxlmpi.wrap(world.Dup())
@@ -40,20 +38,8 @@ world.Allreduce(np.asarray(data), want)
 before = bool(np.array_equal(got, want))
 heap = pool_state(comm).heap
 assert heap is not pool_state(comm), "the pool shares a node heap"
-spec = backends.parse_spec(config.get().pool)
-offset, nbytes = heap.file_offset, 0
-world.Barrier()
-if rank == 0:   # another job's claimer: frees the heap's entry, writes its own bytes
-    dev = backends._open(spec, create=False)
-    [entry] = [e for e in dev.entries() if e["offset"] == offset]
-    nbytes = entry["nbytes"]
-    dev._free_entry(entry["index"], offset, nbytes)
-    with open(spec.path, "r+b") as f:
-        f.seek(offset)
-        f.write(FILL * nbytes)
-    dev.close()
-nbytes = world.bcast(nbytes, root=0)
-world.Barrier()
+offset = heap.file_offset
+nbytes = hand_over(world, offset)
 error = None
 try:
     comm.Allreduce(data, got)
@@ -64,15 +50,10 @@ try:
     cxlmpi.empty(1 << 12)   # (its wipe would write there)
 except cxlmpi.CXLMPIError as exc:
     fresh = f"{type(exc).__name__}: {exc}"
-world.Barrier()
-intact = True
-if rank == 0:
-    with open(spec.path, "rb") as f:
-        f.seek(offset)
-        intact = f.read(nbytes) == FILL * nbytes
+kept = intact(world, offset, nbytes)
 everyone = world.gather((before, error, fresh), root=0)
 if rank == 0:
     print("RESULT " + json.dumps({"before": all(e[0] for e in everyone),
                                   "errors": [e[1] for e in everyone],
                                   "allocations": [e[2] for e in everyone],
-                                  "intact": intact}), flush=True)
+                                  "intact": kept}), flush=True)

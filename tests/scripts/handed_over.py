@@ -18,14 +18,12 @@ it was.
 import json
 
 import numpy as np
+from claimer import hand_over, intact
 from mpi4py import MPI
 
 import cxlmpi
-from cxlmpi import config
-from cxlmpi.memory import backends
 from cxlmpi.pools.state import pool_state
 
-FILL = b"\x42"
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
 comm = cxlmpi.wrap(world.Dup())
@@ -33,20 +31,8 @@ data = np.arange(1 << 14, dtype=np.float64) * (rank + 1)
 got = np.empty_like(data)
 comm.Allreduce(data, got)                 # sets the pool up
 pool = pool_state(comm)
-spec = backends.parse_spec(config.get().pool)
-offset, nbytes = pool.file_offset, 0
-world.Barrier()
-if rank == 0:   # another job's claimer: frees the entry, writes its own bytes
-    dev = backends._open(spec, create=False)
-    [entry] = [e for e in dev.entries() if e["offset"] == offset]
-    nbytes = entry["nbytes"]
-    dev._free_entry(entry["index"], offset, nbytes)
-    with open(spec.path, "r+b") as f:
-        f.seek(offset)
-        f.write(FILL * nbytes)
-    dev.close()
-nbytes = world.bcast(nbytes, root=0)
-world.Barrier()
+offset = pool.file_offset
+nbytes = hand_over(world, offset)
 # a call below the pool's threshold goes to MPI (and used to mark the pool)
 small, small_stock = np.empty(4), np.empty(4)
 comm.Allreduce(data[:4] + 1, small)
@@ -59,15 +45,10 @@ try:
 except cxlmpi.CXLMPIError as exc:
     error = f"{type(exc).__name__}: {exc}"
 untouched = bool(np.array_equal(got, before))
-world.Barrier()
-intact = True
-if rank == 0:
-    with open(spec.path, "rb") as f:
-        f.seek(offset)
-        intact = f.read(nbytes) == FILL * nbytes
+kept = intact(world, offset, nbytes)
 everyone = world.gather((error, bool(np.array_equal(small, small_stock)), untouched), root=0)
 if rank == 0:
     print("RESULT " + json.dumps({"errors": [e[0] for e in everyone],
                                   "small": [e[1] for e in everyone],
                                   "untouched": [e[2] for e in everyone],
-                                  "intact": intact}), flush=True)
+                                  "intact": kept}), flush=True)
