@@ -311,7 +311,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
     cdef Message send, recv
     cdef Vector counts
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    cdef Py_ssize_t total, i
+    cdef Py_ssize_t total
     fits, opc, send, recv, counts, total = rs_messages(sendbuf, recvbuf, recvcounts, op,
                                                        size, rank)
     state = state_of(self, REDUCE_SCATTER) if fits else None
