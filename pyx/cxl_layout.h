@@ -68,7 +68,10 @@ typedef struct {
                             *      the peers raise the mismatch too, instead
                             *      of waiting for a step that never comes;
                             *      with the top bit, the call this rank
-                            *      refused (a message outside its buffer) */
+                            *      refused (a message outside its buffer,
+                            *      low 48 bits) and, in bits 48-62, 1 + the
+                            *      rank of another pool group whose refusal
+                            *      it passes on (0: its own) */
     /* line 2: written only when this rank falls asleep, wakes, or waits on
      * another CPU; read by every peer after each store of its seq or
      * passed (a pass-through call among them): kept out of lines 0 and 1

@@ -40,14 +40,13 @@ still receives the same bits.
 from __future__ import annotations
 
 import ctypes
-import os
-import time
 from typing import Any, Callable
 
 from mpi4py import MPI
 
 from .. import config
 from .._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure
+from . import leaders as step
 
 __all__ = ["Hierarchy", "ACROSS_GROUPS"]
 
@@ -107,6 +106,8 @@ class Hierarchy:
         self.pool = pool              # None in a group of one rank
         self.hosts = 1                # hosts of the largest group (cxlmpi.pools.group)
         self.leaders = leaders        # MPI among group leaders; None elsewhere
+        # the refusals told to the other leaders and heard from them
+        self._alarm = step.Alarm(leaders) if leaders is not None else None
         # What adaptive selection (cxlmpi._shim.Routes) reads of a pool: the
         # ranks, the chunk, where pool arrays live (no zero copy across
         # groups), and a call counter that every rank of the communicator
@@ -122,18 +123,29 @@ class Hierarchy:
         # the leaders' MPI step of the last call timed out (_await): whom
         # the error names
         self._late_leaders = False
+        # the rank of another group that refused its message, told by its
+        # leader (see refused); the call at which this leader told the
+        # others of its own group's refusal
+        self._relayed: list[int] = []
+        self._told = -1
 
     # --------------------------------------------------- Pool's interface
     def close(self) -> None:
+        """Close the group's pool and stop using the leaders' communicator
+        (freed in `free`, where every leader has received what it was
+        told)."""
         if self.pool is not None:
             self.pool.close()
             self.pool = None
-        if self.leaders is not None:
-            try:
-                if not MPI.Is_finalized():
-                    self.leaders.Free()
-            finally:
-                self.leaders = None
+        self.leaders = None
+
+    def free(self) -> None:
+        """Collective (the communicator's Free): close, and free the
+        leaders' communicator (cxlmpi.pools.leaders.Alarm.free)."""
+        self.close()
+        alarm, self._alarm = self._alarm, None
+        if alarm is not None:
+            alarm.free()
 
     @property
     def closed(self) -> bool:
@@ -161,10 +173,34 @@ class Hierarchy:
         """A failure of the group's pool as the whole communicator sees it:
         ranks of the communicator; a peer that sent the call to MPI cannot
         be followed half way through a hierarchical collective, a mismatch
-        here."""
+        here.  A leader whose group refused a message tells the other
+        leaders (cxlmpi.pools.leaders)."""
         code = PoolFailure.MISMATCH if exc.passed else exc.code
         rank = self.groups[self.group][exc.rank] if exc.rank >= 0 else -1
+        if self.leaders is not None:   # (a refusing rank may have closed its pool: left)
+            refused = self.refused()
+            if refused:
+                self._tell(refused[0])
         return PoolFailure(code, rank, exc.what, exc.still_s, exc.lease_s)
+
+    def _tell(self, rank: int) -> None:
+        """Tell the other leaders that `rank` refused its message of the
+        current call (once a call)."""
+        if self.leaders is not None and self._told != self._ops.value:
+            self._told = self._ops.value
+            self._alarm.tell(rank)
+
+    def _look(self, what: str) -> None:
+        """Between the tests of a leaders' step: where another leader told
+        of a refusal, pass it on to this group (its ranks raise it at their
+        step) and raise it (see refused)."""
+        rank = self._alarm.told()
+        if rank < 0:
+            return
+        self._relayed.append(rank)
+        if self.pool is not None:
+            self.pool.refuse(rank)
+        raise PoolFailure(PoolFailure.MISMATCH, rank, what)
 
     def ops_address(self) -> int:
         """The address of the call counter (see Pool.ops_address)."""
@@ -181,36 +217,18 @@ class Hierarchy:
     def _await(self, reqs: list[MPI.Request | None], what: str,
                keep: object = None) -> None:
         """Complete the leaders' requests `reqs` (None: none), as Waitall
-        would, for at most CXLMPI_TIMEOUT: a leader whose group failed in its
-        pool step (a timeout, a peer gone: it raised there) never posts its
-        part, and a Wait for it waited for ever -- the other leaders stood in
-        MPI while the ranks that raised sat in MPI_Finalize waiting for
-        them.  Tests first, then yields the core for 10 ms, then sleeps
-        between tests (1 us doubling to 1 ms), as the pool's own waits do.
-        On the timeout the requests are left behind, with `keep` (the
-        buffers they may still write: never freed), and PoolFailure
-        (timed out) names the other groups' leaders (`missing_ranks`)."""
-        live = [req for req in reqs if req is not None]
-        if not live:
-            return
-        timeout = config.get().timeout
-        polls, first, nap = 0, 0.0, 1e-6
-        while not MPI.Request.Testall(live):
-            polls += 1
-            if polls < 1024:
-                continue
-            now = time.monotonic()
-            if first == 0.0:
-                first = now
-            elif timeout > 0 and now - first > timeout:
-                _abandoned.append((live, keep))
-                self._late_leaders = True
-                raise PoolFailure(PoolFailure.TIMEOUT, -1, what)
-            if now - first < 0.01:
-                os.sched_yield()
-            else:
-                time.sleep(nap)
-                nap = min(2 * nap, 1e-3)
+        would, for at most CXLMPI_TIMEOUT (cxlmpi.pools.leaders.wait): a
+        leader whose group failed in its pool step (a timeout, a peer gone:
+        it raised there) never posts its part, and a Wait for it waited for
+        ever -- the other leaders stood in MPI while the ranks that raised
+        sat in MPI_Finalize waiting for them.  On the timeout the requests
+        are left behind, with `keep` (the buffers they may still write:
+        never freed), and PoolFailure (timed out) names the other groups'
+        leaders (`missing_ranks`); where another leader tells of a refusal
+        meanwhile, its mismatch (`_look`)."""
+        if not step.wait(reqs, keep, lambda: self._look(what)):
+            self._late_leaders = True
+            raise PoolFailure(PoolFailure.TIMEOUT, -1, what)
 
     def note_pass(self) -> None:
         """This rank sends its current call to MPI (see Pool.note_pass)."""
@@ -232,16 +250,19 @@ class Hierarchy:
         return [self.groups[self.group][q] for q in self.pool.out_of_step()]
 
     def refused(self) -> list[int]:
-        """The ranks of this group that refused a message (Pool.refused)."""
+        """The ranks of the communicator that refused a message: of this
+        group (Pool.refused), or of another, as its leader told (`_look`)."""
         if self.pool is None:
-            return []
-        return [self.groups[self.group][q] for q in self.pool.refused()]
+            return list(self._relayed)
+        group = self.groups[self.group]
+        return [group[q] if relay < 0 else relay for q, relay in self.pool.refusers()]
 
     def refuse(self) -> None:
-        """Pool.refuse in this rank's group (the other groups' leaders, in
-        the leaders' MPI step, time out)."""
+        """Pool.refuse in this rank's group; a leader also tells the other
+        leaders (the others learn of it from their pool step)."""
         if self.pool is not None:
             self.pool.refuse()
+        self._tell(self.rank)
 
     def barrier(self) -> None:
         self._count()
@@ -547,33 +568,11 @@ class Hierarchy:
         finish(first, n)
 
     def _drain(self, reqs: list[MPI.Request | None], keep: object = None) -> None:
-        """`_drain` after a failure -- none after the leaders' step timed out
-        (another CXLMPI_TIMEOUT for the same leaders): the requests are left
-        behind with `keep`, as _await leaves its own."""
-        if not self._late_leaders:
-            _drain(reqs)
-            return
-        live = [req for req in reqs if req is not None]
-        if live:
-            _abandoned.append((live, keep))
-
-
-# Requests of leaders' steps that timed out (Hierarchy._await), with the
-# buffers they may still write into: kept for the life of the process (a
-# request may not be freed before it completes, nor its buffer).
-_abandoned: list[tuple[list[MPI.Request], object]] = []
-
-
-def _drain(reqs: list[MPI.Request | None]) -> None:
-    """After a failure in a pipelined collective: let the leaders' requests
-    still in flight complete, so that MPI writes into no buffer the caller
-    got back -- for at most CXLMPI_TIMEOUT, since their partners may have
-    failed too and never post theirs (those requests are then left
-    behind: the communicator's pool is broken and the call raises)."""
-    live = [req for req in reqs if req is not None]
-    timeout = config.get().timeout
-    deadline = time.monotonic() + (timeout if timeout > 0 else 60.0)
-    while live and not MPI.Request.Testall(live):
-        if time.monotonic() > deadline:
-            return
-        time.sleep(1e-3)
+        """`leaders.drain` after a failure -- none after the leaders' step
+        timed out (another CXLMPI_TIMEOUT for the same leaders) or a
+        refusal was told (the other leaders post nothing more): the
+        requests are left behind with `keep`, as _await leaves its own."""
+        if self._late_leaders or self._relayed or self._told == self._ops.value:
+            step.abandon(reqs, keep)
+        else:
+            step.drain(reqs, keep)

@@ -38,7 +38,7 @@ class _State:
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
     __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "routes", "hosts",
-                 "key")
+                 "key", "held")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None, ordering: bool = False) -> None:
@@ -61,21 +61,31 @@ class _State:
         # which later communicator may take it over once this one is freed
         # (_spare): None where none may
         self.key: tuple | None = None
+        # a closed Hierarchy, whose leaders' communicator waits for `free`
+        self.held: Hierarchy | None = None
 
     def close(self) -> None:
         remember(self.routes, self.pool)
         self.routes = None
         if self.pool is not None:
             self.pool.close()
+            if isinstance(self.pool, Hierarchy):
+                self.held = self.pool
             self.pool = None
 
     def free(self) -> None:
-        """Close, and free the progress communicator (collective: the
-        communicator itself is being freed on every rank)."""
+        """Close, and free the progress communicator and the leaders' one
+        of a Hierarchy (collective: the communicator itself is being freed
+        on every rank)."""
         self.close()
         probe, self.probe, self.order, self.order_at = self.probe, None, None, 0
-        if probe is not None and not MPI.Is_finalized():
+        held, self.held = self.held, None
+        if MPI.Is_finalized():
+            return
+        if probe is not None:
             probe.Free()
+        if held is not None:
+            held.free()
 
 
 # handle -> state (the dict the compiled hot path reads); an MPI attribute on
@@ -338,18 +348,7 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
     head = (f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of "
             f"{comm.Get_size()}): the ranks' calls do not match: ")
     pool = state.pool
-    # across pool groups: the ranks of this rank's group, whose pool compared
-    members = pool.groups[pool.group] if isinstance(pool, Hierarchy) else None
-    if exc.rank < 0:
-        if members is not None:   # (no block checksum across groups)
-            return CXLMPIMismatchError(
-                head + "ranks of another pool group called otherwise (sizes, roots, ops "
-                "and types must agree on every rank, as MPI requires)")
-        return CXLMPIMismatchError(
-            head + "a rank sends a block of a size its receiver does not expect "
-            "(the counts of the ranks must agree, as MPI requires)")
-    found = pool.out_of_step() if pool is not None else []
-    refused = pool.refused() if pool is not None else []
+    refused = _refusers(pool)
     if refused:
         err = CXLMPIMessageError(
             f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of {comm.Get_size()}): "
@@ -361,6 +360,17 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
         state.close()
         state.error = err
         return err
+    # across pool groups: the ranks of this rank's group, whose pool compared
+    members = pool.groups[pool.group] if isinstance(pool, Hierarchy) else None
+    if exc.rank < 0:
+        if members is not None:   # (no block checksum across groups)
+            return CXLMPIMismatchError(
+                head + "ranks of another pool group called otherwise (sizes, roots, ops "
+                "and types must agree on every rank, as MPI requires)")
+        return CXLMPIMismatchError(
+            head + "a rank sends a block of a size its receiver does not expect "
+            "(the counts of the ranks must agree, as MPI requires)")
+    found = pool.out_of_step() if pool is not None else []
     if found:
         # Not stopped at the same step: one rank saw another's step of a call
         # it made no step of.  Its pool is of no use to these calls any more.
@@ -401,11 +411,17 @@ def refuse(comm: MPI.Intracomm, state: _State, err: Exception) -> Exception:
     return err
 
 
+def _refusers(pool: Pool | Hierarchy | None) -> list[int]:
+    """The ranks that refused their message of a call (Pool.refused)."""
+    return pool.refused() if pool is not None and not pool.closed else []
+
+
 def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
     """Turn an algorithm failure into the exception the user sees; after a
     timeout or a dead peer the pool of this communicator is unusable (ranks
-    are out of step)."""
-    if exc.mismatch:
+    are out of step).  A peer that refused its message may have closed its
+    pool before this rank looked (it left): the refusal is what it says."""
+    if exc.mismatch or _refusers(state.pool):
         return _mismatch(comm, state, exc)
     pool = state.pool
     missing = pool.missing_ranks() if pool is not None else [exc.rank]

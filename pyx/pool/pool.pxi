@@ -247,25 +247,37 @@ cdef class _Collectives(_Arenas):
 
     def refused(self):
         """The ranks that refused their message of a call (`refuse`)."""
+        return [q for q, _ in self.refusers()]
+
+    def refusers(self):
+        """(rank, whom it relays) of each rank that refused a message
+        (`refuse`), in rank order: whom it relays is -1 where the rank
+        refused its own."""
         self._check()
         cdef cxl_ctrl *line
+        cdef uint64_t broken
         out = []
         for q in range(self.st.size):
             line = ctrl(&self.st, q)
             if self.st.sw:
                 cxl_flush(line.sig, LINE_NBYTES, 1)
-            if cxl_load_acquire(&line.broken) >> 63:
-                out.append(q)
+            broken = cxl_load_acquire(&line.broken)
+            if broken >> 63:
+                out.append((q, <int>((broken >> 48) & 0x7FFF) - 1))
         return out
 
-    def refuse(self):
+    def refuse(self, int relay=-1):
         """This rank refuses its message of the call its peers run in the
         pool (a count or block outside its buffer): it takes no step of it,
         and its peers, waiting for its step, raise (as for calls out of
-        step) instead of waiting out their timeout."""
+        step) instead of waiting out their timeout.  `relay`: the rank
+        (of a communicator spanning pool groups) that refused it, where
+        this rank passes on another group's refusal."""
         self._check()
         cdef cxl_ctrl *mine = ctrl(&self.st, self.st.rank)
-        cxl_store_release(&mine.broken, (self.st.ops + 1) | (<uint64_t>1 << 63))
+        cdef uint64_t who = <uint64_t>((relay + 1) & 0x7FFF) << 48
+        cxl_store_release(&mine.broken, ((self.st.ops + 1) & ((<uint64_t>1 << 48) - 1))
+                          | who | (<uint64_t>1 << 63))
         if self.st.sw:
             cxl_flush(mine.sig, LINE_NBYTES, 0)
         else:

@@ -221,12 +221,17 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
 
 cdef object run_failed(object comm, object exc):
     """The error the user sees for a pool failure `exc`; where a peer may
-    have finished the collective (a timeout, a peer judged gone), the MPI
-    barrier it waits for at the end is posted first (`abandon_order`)."""
+    have finished the collective (a timeout, a peer judged gone; a refusal
+    across pool groups: the other groups may not have needed the refusing
+    rank's), the MPI barrier it waits for at the end is posted
+    (`abandon_order`)."""
     state = _states.get(comm.handle)
     if not exc.mismatch:
         abandon_order(state)
-    return _fail(comm, state, exc)
+    err = _fail(comm, state, exc)
+    if exc.mismatch and state is not None and state.error is err:
+        abandon_order(state)   # (a refusal: the pool is closed)
+    return err
 
 
 cdef int run(object comm, int which, int code, object stock, tuple stock_args,
@@ -241,7 +246,9 @@ cdef int run(object comm, int which, int code, object stock, tuple stock_args,
     if _refusals:
         err = take_refusal()
         if err is not None:   # (before the pool touches a byte of it)
-            raise _refuse(comm, comm_state(comm), err)
+            state = comm_state(comm)
+            abandon_order(state)
+            raise _refuse(comm, state, err)
     try:
         if code > 1:
             res = method(*args, flags=code - 1)
