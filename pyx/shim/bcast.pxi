@@ -97,29 +97,25 @@ def Ibarrier(self):
     """Nonblocking Barrier."""
     enter_posting(self)
     plan = nb_plan_barrier(self)
-    return nb_passed(BARRIER, _I.Ibarrier(self)) if plan is None else \
-        _start_request(self, plan)
+    return nb_request(self, plan, BARRIER, _I.Ibarrier, (), False)
 
 
 def Ibcast(self, buf, int root=0):
     """Nonblocking Broadcast."""
     enter_posting(self)
     plan = nb_plan_bcast(self, buf, root)
-    return nb_passed(BCAST, _I.Ibcast(self, buf, root)) if plan is None else \
-        _start_request(self, plan)
+    return nb_request(self, plan, BCAST, _I.Ibcast, (buf, root), False)
 
 
 def Barrier_init(self, info=MPI.INFO_NULL):
     """Persistent Barrier."""
     enter_posting(self)
     plan = nb_plan_barrier(self)
-    return nb_passed(BARRIER, _I.Barrier_init(self, info)) if plan is None else \
-        _persistent(self, plan)
+    return nb_request(self, plan, BARRIER, _I.Barrier_init, (info,), True)
 
 
 def Bcast_init(self, buf, int root=0, info=MPI.INFO_NULL):
     """Persistent Broadcast."""
     enter_posting(self)
     plan = nb_plan_bcast(self, buf, root)
-    return nb_passed(BCAST, _I.Bcast_init(self, buf, root, info)) if plan is None else \
-        _persistent(self, plan)
+    return nb_request(self, plan, BCAST, _I.Bcast_init, (buf, root, info), True)

@@ -443,8 +443,7 @@ def Ialltoall(self, sendbuf, recvbuf):
     """Nonblocking All to All."""
     enter_posting(self)
     plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
-    return nb_passed(ALLTOALL, _I.Ialltoall(self, sendbuf, recvbuf)) if plan is None \
-        else _start_request(self, plan)
+    return nb_request(self, plan, ALLTOALL, _I.Ialltoall, (sendbuf, recvbuf), False)
 
 
 def Iscatter(self, sendbuf, recvbuf, int root=0):
@@ -470,8 +469,8 @@ def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking Reduce-Scatter Block."""
     enter_posting(self)
     plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
-    return nb_passed(REDUCE_SCATTER_BLOCK, _I.Ireduce_scatter_block(
-        self, sendbuf, recvbuf, op)) if plan is None else _start_request(self, plan)
+    return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
+                      _I.Ireduce_scatter_block, (sendbuf, recvbuf, op), False)
 
 
 def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
@@ -486,16 +485,15 @@ def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoall."""
     enter_posting(self)
     plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
-    return nb_passed(ALLTOALL, _I.Alltoall_init(self, sendbuf, recvbuf, info)) \
-        if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, ALLTOALL, _I.Alltoall_init, (sendbuf, recvbuf, info), True)
 
 
 def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent Reduce-Scatter Block."""
     enter_posting(self)
     plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
-    return nb_passed(REDUCE_SCATTER_BLOCK, _I.Reduce_scatter_block_init(
-        self, sendbuf, recvbuf, op, info)) if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
+                      _I.Reduce_scatter_block_init, (sendbuf, recvbuf, op, info), True)
 
 
 def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):

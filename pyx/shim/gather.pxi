@@ -243,8 +243,7 @@ def Iallgather(self, sendbuf, recvbuf):
     """Nonblocking Gather to All."""
     enter_posting(self)
     plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
-    return nb_passed(ALLGATHER, _I.Iallgather(self, sendbuf, recvbuf)) if plan is None \
-        else _start_request(self, plan)
+    return nb_request(self, plan, ALLGATHER, _I.Iallgather, (sendbuf, recvbuf), False)
 
 
 cdef Plan nb_plan_allgatherv(object comm, object sendbuf, object recvbuf):
@@ -339,8 +338,7 @@ def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgather."""
     enter_posting(self)
     plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
-    return nb_passed(ALLGATHER, _I.Allgather_init(self, sendbuf, recvbuf, info)) \
-        if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, ALLGATHER, _I.Allgather_init, (sendbuf, recvbuf, info), True)
 
 
 def Allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):

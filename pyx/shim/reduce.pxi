@@ -168,61 +168,55 @@ def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     """Nonblocking Reduce to root."""
     enter_posting(self)
     plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
-    return nb_passed(REDUCE, _I.Ireduce(self, sendbuf, recvbuf, op, root)) \
-        if plan is None else _start_request(self, plan)
+    return nb_request(self, plan, REDUCE, _I.Ireduce, (sendbuf, recvbuf, op, root), False)
 
 
 def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking Reduce to all."""
     enter_posting(self)
     plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
-    return nb_passed(ALLREDUCE, _I.Iallreduce(self, sendbuf, recvbuf, op)) \
-        if plan is None else _start_request(self, plan)
+    return nb_request(self, plan, ALLREDUCE, _I.Iallreduce, (sendbuf, recvbuf, op), False)
 
 
 def Iscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking inclusive Scan."""
     enter_posting(self)
     plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(SCAN, _I.Iscan(self, sendbuf, recvbuf, op)) if plan is None else \
-        _start_request(self, plan)
+    return nb_request(self, plan, SCAN, _I.Iscan, (sendbuf, recvbuf, op), False)
 
 
 def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking exclusive Scan."""
     enter_posting(self)
     plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(EXSCAN, _I.Iexscan(self, sendbuf, recvbuf, op)) if plan is None else \
-        _start_request(self, plan)
+    return nb_request(self, plan, EXSCAN, _I.Iexscan, (sendbuf, recvbuf, op), False)
 
 
 def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NULL):
     """Persistent Reduce."""
     enter_posting(self)
     plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
-    return nb_passed(REDUCE, _I.Reduce_init(self, sendbuf, recvbuf, op, root, info)) \
-        if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, REDUCE,
+                      _I.Reduce_init, (sendbuf, recvbuf, op, root, info), True)
 
 
 def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent Allreduce."""
     enter_posting(self)
     plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
-    return nb_passed(ALLREDUCE, _I.Allreduce_init(self, sendbuf, recvbuf, op, info)) \
-        if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, ALLREDUCE,
+                      _I.Allreduce_init, (sendbuf, recvbuf, op, info), True)
 
 
 def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent inclusive Scan."""
     enter_posting(self)
     plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(SCAN, _I.Scan_init(self, sendbuf, recvbuf, op, info)) \
-        if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, SCAN, _I.Scan_init, (sendbuf, recvbuf, op, info), True)
 
 
 def Exscan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent exclusive Scan."""
     enter_posting(self)
     plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
-    return nb_passed(EXSCAN, _I.Exscan_init(self, sendbuf, recvbuf, op, info)) \
-        if plan is None else _persistent(self, plan)
+    return nb_request(self, plan, EXSCAN, _I.Exscan_init, (sendbuf, recvbuf, op, info), True)
