@@ -1,6 +1,7 @@
 """Adaptive selection in a real job, under mpiexec: the ranks decide alike,
-a tuning file pins the choice, pool arrays are noticed, small messages
-learn in cheap runs, a first run times only its warm calls.  Without
+a tuning file pins the choice, pool arrays are noticed, settled Gather and
+Scatter take no header step, small messages learn in cheap runs, a first
+run times only its warm calls.  Without
 timing, on made-up timings: tests/test_select.py."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cxlmpi.select import code_of
 
 SELECTION = "tests/scripts/selection.py"
 RESIDENT_HINT = "tests/scripts/resident_hint.py"
+SETTLED_HEADER = "tests/scripts/settled_header.py"
 FIRST_RUN = "tests/scripts/first_run.py"
 ADAPTIVE_ENV = {**SMALL_POOL_ENV, "CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": "off"}
 
@@ -70,6 +72,20 @@ def test_pool_arrays_are_noticed_where_private_ones_settled_on_mpi(nranks: int,
     result = tagged_json(proc.stdout, "RESULT")
     assert result["wrong"] == 0 and result["pool"] >= 1, result
     assert result["private_pool"] <= 1, result
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_gather_and_scatter_settled_on_mpi_take_no_header_step(nranks: int,
+                                                               tmp_path) -> None:
+    """The cache says: Gather and Scatter of 512 KiB a rank, private
+    buffers, MPI.  Their 40 calls (every root) go to MPI at once, as a
+    settled class of the other collectives does: no pool step (40 before,
+    one header step each), and every result is stock's."""
+    cache = str(tmp_path / "selection.json")
+    env = {"CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": cache, "CXLMPI_TIMEOUT": "60"}
+    proc = run_mpi(nranks, [SETTLED_HEADER, cache], env=env)
+    result = tagged_json(proc.stdout, "RESULT")
+    assert result == {"steps": 0, "pool": 0, "wrong": 0}, result
 
 
 def test_small_messages_learn_in_runs_that_stay_cheap() -> None:

@@ -47,7 +47,7 @@ cdef inline bint alone(int which, uint64_t local, int size) noexcept:
 
 
 cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
-                  int root=-1, uint64_t pairs=0, object refused=None):
+                  int root=-1, uint64_t pairs=0, object refused=None, tuple uniform=None):
     """(state, agreed, path code) for a v-collective: in a header step every
     rank publishes 1 + its largest block (0: it cannot take the pool path)
     and its share of the block checksum (`pairs`), and all decide alike
@@ -58,7 +58,12 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
 
     A rank that sends the call to MPI by the rule of `alone` does so at
     once (code 0, with a pass mark that its peers in the header step
-    follow): small calls cost no header step."""
+    follow): small calls cost no header step.  So does one of a call
+    whose blocks are all alike (Gather, Scatter: `uniform`, this rank's
+    messages) where its class is settled on MPI (`settled_on_mpi`, as
+    `take` decides for the other collectives): every rank whose blocks
+    are the size its peers' are decides so, and a rank whose are not is
+    followed to MPI, where the header step would have sent them all."""
     global learning
     learning = False
     if not eligible:
@@ -68,7 +73,8 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
         if refused is not None:
             raise refused
         return None, 0, 0
-    if refused is None and alone(which, local, size):
+    if refused is None and (alone(which, local, size) or uniform is not None and settled_on_mpi(
+            state, which, (local - 1) * size, resident_in(state, uniform))):
         return None, 0, 0
     cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
@@ -215,7 +221,8 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
             pairs = <uint64_t>pair_hash(rank, root, block)
         else:
             pairs = -<uint64_t>pair_hash(root, rank, block)
-    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused)
+    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused,
+                                 (whole, mine))
     return state, agreed, code, whole, mine, eligible
 
 
