@@ -80,7 +80,11 @@ def test_gather_and_scatter_settled_on_mpi_take_no_header_step(nranks: int,
     """The cache says: Gather and Scatter of 512 KiB a rank, private
     buffers, MPI.  Their 40 calls (every root) go to MPI at once, as a
     settled class of the other collectives does: no pool step (40 before,
-    one header step each), and every result is stock's."""
+    one header step each), and every result is stock's.  Then a Gather and
+    a Scatter per root whose message on rank 1 runs past its buffer: rank 1
+    goes to MPI with its peers, on a scratch copy, and gets stock's values
+    inside its buffer, nothing past it (the job hung when it raised alone
+    while its peers, settled on MPI, waited there)."""
     cache = str(tmp_path / "selection.json")
     env = {"CXLMPI_TUNING": "adaptive", "CXLMPI_CACHE": cache, "CXLMPI_TIMEOUT": "60"}
     proc = run_mpi(nranks, [SETTLED_HEADER, cache], env=env)

@@ -252,7 +252,7 @@ class Hierarchy:
     def refused(self) -> list[int]:
         """The ranks of the communicator that refused a message: of this
         group (Pool.refused), or of another, as its leader told (`_look`)."""
-        if self.pool is None:
+        if self.pool is None or self.pool.closed:
             return list(self._relayed)
         group = self.groups[self.group]
         return [group[q] if relay < 0 else relay for q, relay in self.pool.refusers()]
@@ -569,10 +569,12 @@ class Hierarchy:
 
     def _drain(self, reqs: list[MPI.Request | None], keep: object = None) -> None:
         """`leaders.drain` after a failure -- none after the leaders' step
-        timed out (another CXLMPI_TIMEOUT for the same leaders) or a
-        refusal was told (the other leaders post nothing more): the
-        requests are left behind with `keep`, as _await leaves its own."""
-        if self._late_leaders or self._relayed or self._told == self._ops.value:
+        timed out (another CXLMPI_TIMEOUT for the same leaders): the
+        requests are left behind with `keep`, as _await leaves its own; a
+        short one after a refusal was told (what a live partner posted
+        completes at once; the refusing group's leader posts nothing)."""
+        if self._late_leaders:
             step.abandon(reqs, keep)
         else:
-            step.drain(reqs, keep)
+            step.drain(reqs, keep, 0.1 if self._relayed or self._told == self._ops.value
+                       else None)

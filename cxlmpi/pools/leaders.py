@@ -88,15 +88,19 @@ def wait(reqs: list[MPI.Request | None], keep: object = None,
     return True
 
 
-def drain(reqs: list[MPI.Request | None], keep: object = None) -> None:
+def drain(reqs: list[MPI.Request | None], keep: object = None,
+          limit: float | None = None) -> None:
     """After a failure in a pipelined collective: let the leaders' requests
     still in flight complete, so that MPI writes into no buffer the caller
-    got back -- for at most CXLMPI_TIMEOUT, since their partners may have
-    failed too and never post theirs (those requests are then left
-    behind: the communicator's pool is broken and the call raises)."""
+    got back -- for at most CXLMPI_TIMEOUT (or `limit` seconds), since their
+    partners may have failed too and never post theirs (those requests are
+    then left behind: the communicator's pool is broken and the call
+    raises)."""
     live = [req for req in reqs if req is not None]
-    timeout = config.get().timeout
-    deadline = time.monotonic() + (timeout if timeout > 0 else 60.0)
+    if limit is None:
+        timeout = config.get().timeout
+        limit = timeout if timeout > 0 else 60.0
+    deadline = time.monotonic() + limit
     while live and not MPI.Request.Testall(live):
         if time.monotonic() > deadline:
             abandon(live, keep)

@@ -421,7 +421,7 @@ def _fail(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIError:
     timeout or a dead peer the pool of this communicator is unusable (ranks
     are out of step).  A peer that refused its message may have closed its
     pool before this rank looked (it left): the refusal is what it says."""
-    if exc.mismatch or _refusers(state.pool):
+    if exc.mismatch or not exc.revoked and _refusers(state.pool):
         return _mismatch(comm, state, exc)
     pool = state.pool
     missing = pool.missing_ranks() if pool is not None else [exc.rank]

@@ -224,7 +224,7 @@ cdef int resident_in(object state, tuple messages) except -1:
         return 0
     cdef Routes r = <Routes>routes
     for m in messages:
-        if m is not None and not in_arenas(r, m.address, m.nbytes):
+        if m is not None and not in_arenas(r, m.address, <Py_ssize_t>(m.hi - m.lo)):
             return 0
     return 1 if r.arena_hi else 0
 

@@ -47,14 +47,18 @@ cdef inline bint alone(int which, uint64_t local, int size) noexcept:
 
 
 cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int size,
-                  int root=-1, uint64_t pairs=0, object refused=None, tuple uniform=None):
+                  int root=-1, uint64_t pairs=0, object refused=None, tuple uniform=None,
+                  bint scratched=False):
     """(state, agreed, path code) for a v-collective: in a header step every
     rank publishes 1 + its largest block (0: it cannot take the pool path)
     and its share of the block checksum (`pairs`), and all decide alike
     from the maximum (code 0: MPI, FOLLOW: MPI after a peer passed the
     call, > 0: the pool).  The header carries the selector's report.  A
     rank that refused its message (`refused`: the error) publishes REFUSED
-    and raises it; the others raise too.
+    and raises it; the others raise too.  Where its message is parsed on a
+    scratch copy (`scratched`), it goes to MPI as its peers do -- at once
+    by the rules below, or following a peer that passed -- and MPI runs
+    it on the copy (a rank raising alone there left its peers in MPI).
 
     A rank that sends the call to MPI by the rule of `alone` does so at
     once (code 0, with a pass mark that its peers in the header step
@@ -66,15 +70,19 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     followed to MPI, where the header step would have sent them all."""
     global learning
     learning = False
+    set_run_routes(NULL)   # (as `skip`: a call whose MPI raised lends no mark)
     if not eligible:
         return None, 0, 0
     state = state_of(comm, which)   # (set up alike on every rank, even one that passes)
     if state is None:
-        if refused is not None:
+        if refused is not None and not scratched:
             raise refused
         return None, 0, 0
-    if refused is None and (alone(which, local, size) or uniform is not None and settled_on_mpi(
-            state, which, (local - 1) * size, resident_in(state, uniform))):
+    # (not across pool groups: a leader that passes cannot tell the others)
+    if (refused is None or scratched) and (alone(which, local, size) or uniform is not None
+                                           and state.only is None
+                                           and settled_on_mpi(state, which, (local - 1) * size,
+                                                              resident_in(state, uniform))):
         return None, 0, 0
     cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
@@ -91,7 +99,7 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
                 report, mine, r.spent_ns)
     except PoolFailure as exc:
         if exc.passed:   # a peer sent the call to MPI: follow (or raise)
-            if refused is None:
+            if refused is None or scratched:
                 return None, 0, FOLLOW
             raise refused from None
         raise run_failed(comm, exc) from None
@@ -203,9 +211,11 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
                 mine = message(own, not gathering, 0, lo[which] // size)
                 if mine is not None:
                     block = mine.nbytes
-            raise_refusal()
-        except ValueError as exc:   # outside its buffer: every rank raises
+        except ValueError as exc:   # (counts past what memory holds: raised at once)
             refused, block = exc, -1
+        else:
+            # outside its buffer: parsed on a scratch copy that MPI may run
+            refused = take_refusal()
     if block >= 0:
         local = 1 + block
     if block >= 0 and not alone(which, local, size):
@@ -222,7 +232,7 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
         else:
             pairs = -<uint64_t>pair_hash(root, rank, block)
     state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused,
-                                 (whole, mine))
+                                 (whole, mine), block >= 0)
     return state, agreed, code, whole, mine, eligible
 
 
@@ -237,7 +247,10 @@ cdef object run_failed(object comm, object exc):
         abandon_order(state)
     err = _fail(comm, state, exc)
     if exc.mismatch and state is not None and state.error is err:
-        abandon_order(state)   # (a refusal: the pool is closed)
+        from .errors import CXLMPIMessageError
+
+        if isinstance(err, CXLMPIMessageError):
+            abandon_order(state)   # (a refusal: the pool is closed)
     return err
 
 
