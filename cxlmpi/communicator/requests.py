@@ -40,12 +40,13 @@ class _Record:
     """One posted call: its communicator, plan (which holds the messages'
     buffers) and Op; kept by the shim until the call has ended."""
 
-    __slots__ = ("comm", "plan", "op", "error", "raised")
+    __slots__ = ("comm", "plan", "op", "error", "raised", "freed")
 
     def __init__(self, comm: MPI.Intracomm, plan: Any, op: Any) -> None:
         self.comm, self.plan, self.op = comm, plan, op
         self.error: Exception | None = None
         self.raised = False   # cxlmpi's Wait raised the error itself
+        self.freed = False    # the program completed its request (MPI freed it)
 
     def failure(self) -> Exception | None:
         """The error the user sees when the call failed in the pool, made
@@ -90,7 +91,7 @@ def _error_of(record: _Record, exc: Any) -> Exception:
 
 
 def _free(record: _Record) -> None:
-    pass   # (the shim lets the record go once its call has ended)
+    record.freed = True   # (the shim lets the record go once its call has ended)
 
 
 def _cancel(completed: bool, record: _Record) -> None:

@@ -187,9 +187,11 @@ cdef int settle_posted(object comm) except -1:
 def finish_posted():
     """MPI_Finalize has begun: let every pool's worker end the calls posted
     to it (they still progress MPI and complete their requests); returns
-    how many had not ended."""
+    how many the program had not completed (Wait, Test: MPI freed their
+    request) -- not how many the worker had not ended yet, which depends
+    on timing."""
     global _live
-    pending = sum(1 for r in _live if not r.op.done)
+    pending = sum(1 for r in _live if not r.freed)
     for state in list(_states.values()):
         pool = state.pool
         if type(pool) is Pool and pool.posted:
