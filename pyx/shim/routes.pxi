@@ -215,20 +215,6 @@ cdef inline bint in_arenas(Routes r, uintptr_t address, Py_ssize_t nbytes) noexc
     return r.arena_lo <= address and address + <size_t>nbytes <= r.arena_hi
 
 
-cdef int resident_in(object state, tuple messages) except -1:
-    """1 where every message of `messages` (None: none) lies in the
-    arenas of `state`'s pool, else 0 (`settled_on_mpi`)."""
-    cdef Message m
-    routes = state.routes
-    if routes is None:
-        return 0
-    cdef Routes r = <Routes>routes
-    for m in messages:
-        if m is not None and not in_arenas(r, m.address, <Py_ssize_t>(m.hi - m.lo)):
-            return 0
-    return 1 if r.arena_hi else 0
-
-
 cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
               uintptr_t a=0, Py_ssize_t an=0, uintptr_t b=0, Py_ssize_t bn=0) except -9:
     """The path of a call of `nbytes` (all blocks together) that the pool
@@ -335,16 +321,17 @@ cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) ex
     if not adaptive:
         return False
     state = comm_state(comm)
-    return state is not None and settled_on_mpi(state, which, nbytes, -1)
+    return state is not None and settled_on_mpi(state, which, nbytes)
 
 
-cdef bint settled_on_mpi(object state, int which, Py_ssize_t nbytes, int resident) except -1:
+cdef bint settled_on_mpi(object state, int which, Py_ssize_t nbytes,
+                         tuple messages=None) except -1:
     """Whether the class of a call of `nbytes` (all blocks together) is
     settled on MPI, its re-check not yet due -- from what every rank holds
-    alike, the size and the routes.  Not where the residency hint applies
-    (`resident`: 1 this rank's buffers are all in the arenas, 0 not, -1
-    not known yet): pool-sized messages in the pool's arenas ask in a
-    header step whether every rank's are (see `take`).  A call of a run
+    alike, the size and the routes.  Not where the residency hint applies:
+    pool-sized messages that may lie in the pool's arenas (`messages`, this
+    rank's, each None or parsed; None: not parsed yet) ask in a header step
+    whether every rank's do (see `take`).  A call of a run
     timed on MPI is one too: it takes the path a settled class takes (a
     run through `take` would count parsing MPI never pays then), and
     `passed` times it (`learning`)."""
@@ -355,8 +342,15 @@ cdef bint settled_on_mpi(object state, int which, Py_ssize_t nbytes, int residen
     if routes is None:
         return False
     cdef Routes r = <Routes>routes
-    if nbytes >= r.zc_min and r.arena_hi and resident != 0:
-        return False
+    cdef Message m
+    if nbytes >= r.zc_min and r.arena_hi:
+        if messages is None:
+            return False
+        for m in messages:
+            if m is not None and not in_arenas(r, m.address, <Py_ssize_t>(m.hi - m.lo)):
+                break
+        else:
+            return False   # (every one in the arenas)
     cdef int sc = cxl_size_class(nbytes)
     cdef int pl = r.where[which][sc]
     if r.choice[which][sc][pl] != 0 or r.ops_ptr[0] >= r.due[which][sc][pl]:

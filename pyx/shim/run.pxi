@@ -82,7 +82,7 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     if (refused is None or scratched) and (alone(which, local, size) or uniform is not None
                                            and state.only is None
                                            and settled_on_mpi(state, which, (local - 1) * size,
-                                                              resident_in(state, uniform))):
+                                                              uniform)):
         return None, 0, 0
     cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
