@@ -160,7 +160,7 @@ static inline int cxl_mpi_pause(cxl_pause *p, double timeout_s)
  * MPI_Ibarrier on `c`, then MPI_Test until it completes, pausing between
  * tests (`cxl_mpi_pause`), or until `timeout_s` (0: never) has passed
  * since the first pause: 1 then, the barrier left pending (the caller
- * never uses `c` again).  0 when it completed or MPI failed (`*ierr`). */
+ * never uses `c` again, nor frees it).  0 when it completed or MPI failed (`*ierr`). */
 static int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
 {
     int ireq = 0, flag = 0;
@@ -180,20 +180,6 @@ static int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
             return 1;
     }
     return 0;
-}
-
-/* A rank whose pool collective failed (a timeout, a peer judged gone)
- * while peers may have finished it: post the MPI_Ibarrier they wait for at
- * its end, and never wait for it (the communicator is not used again), so
- * that a peer that merely stood still is not left waiting out its own
- * timeout.  0 or an MPI error. */
-static inline int cxl_mpi_order_abandon(cxl_h c)
-{
-    int ireq = 0;
-    void *preq = NULL;
-    return cxl_mpi_int
-        ? ((int (*)(int, int *))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_I(c), &ireq)
-        : ((int (*)(void *, void **))cxl_mpi_fn[CXL_MPI_IBARRIER])(CXL_P(c), &preq);
 }
 
 static inline int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)

@@ -13,9 +13,9 @@ communicator (`REFUSED_TAG`); a leader waiting in a leaders' step looks for
 that message between its tests, and raises the refusal in its group as if
 one of its own ranks had refused.  The message stays until a leader looks:
 one whose step completed (the refusing group was not needed for it) finds
-it in its next step, which that group never joins; at the communicator's
-Free every leader receives what it was sent before the leaders'
-communicator is freed (`Alarm.free`).
+it in its next step, which that group never joins; after the
+communicator's Free every leader receives what it was sent before the
+leaders' communicator is freed (`Alarm.free`, `free_settled`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .. import config
 
-__all__ = ["Alarm", "wait", "drain", "abandon", "REFUSED_TAG"]
+__all__ = ["Alarm", "wait", "drain", "settle", "abandon", "free_settled", "REFUSED_TAG"]
 
 #: the tag of a refusal told to the other leaders (the leaders' communicator
 #: carries Gather's spans, tag 1, and nothing else point to point)
@@ -48,6 +48,17 @@ def abandon(reqs: list[MPI.Request | None], keep: object = None) -> None:
     live = [req for req in reqs if req is not None]
     if live:
         _abandoned.append((live, keep))
+
+
+def _quiet() -> bool:
+    """Whether every request left behind has completed (those are
+    forgotten): a leaders' communicator is not freed under one still in
+    flight (Open MPI crashed progressing a nonblocking collective whose
+    communicator had been freed; which communicator a request is on is
+    not known here)."""
+    _abandoned[:] = [(reqs, keep) for reqs, keep in _abandoned
+                     if not MPI.Request.Testall(reqs)]
+    return not _abandoned
 
 
 def wait(reqs: list[MPI.Request | None], keep: object = None,
@@ -100,12 +111,18 @@ def drain(reqs: list[MPI.Request | None], keep: object = None,
     if limit is None:
         timeout = config.get().timeout
         limit = timeout if timeout > 0 else 60.0
+    if not settle(live, limit):
+        abandon(live, keep)
+
+
+def settle(reqs: list[MPI.Request], limit: float) -> bool:
+    """Test `reqs` for at most `limit` seconds: whether they completed."""
     deadline = time.monotonic() + limit
-    while live and not MPI.Request.Testall(live):
+    while reqs and not MPI.Request.Testall(reqs):
         if time.monotonic() > deadline:
-            abandon(live, keep)
-            return
+            return False
         time.sleep(1e-3)
+    return True
 
 
 class Alarm:
@@ -118,6 +135,7 @@ class Alarm:
     has received all that was sent to it."""
 
     def __init__(self, comm: MPI.Intracomm) -> None:
+        free_settled()   # (the last communicators' exchanges may have ended)
         self.comm = comm
         n = comm.Get_size()
         self.sent = array("q", bytes(8 * n))   # messages sent to each leader
@@ -147,13 +165,15 @@ class Alarm:
         return buf[0]
 
     def free(self) -> None:
-        """At the communicator's Free (every leader comes): tell each other
-        leader how many messages this one sent it (point to point: a
-        nonblocking collective left behind by a failed step would match
-        anything collective here), receive what the others sent and this
-        leader has not received, then free the leaders' communicator.
-        Where a leader does not come within CXLMPI_TIMEOUT, the
-        communicator is left unfreed (a leak, never a hang)."""
+        """At the communicator's Free: tell each other leader how many
+        messages this one sent it, and post the receives of what each sent
+        this one (point to point: a nonblocking collective left behind by a
+        failed step would match anything collective here); the leaders'
+        communicator is freed once those complete and this leader has
+        received all it was sent (`free_settled`).  Nothing here waits:
+        MPI lets ranks free communicators in different orders, and a
+        leader that waited for the others' counts here would wait for
+        ever on a leader that frees another communicator first."""
         comm, self.comm = self.comm, None
         if comm is None or MPI.Is_finalized():
             return
@@ -162,10 +182,32 @@ class Alarm:
         owed = [array("q", [0]) for _ in range(n)]
         reqs = [comm.Isend([mine[q], MPI.INT64_T], q, COUNT_TAG) for q in range(n) if q != me]
         reqs += [comm.Irecv([owed[q], MPI.INT64_T], q, COUNT_TAG) for q in range(n) if q != me]
-        if not wait(reqs, (mine, owed)):
-            return
-        buf = array("q", [0])
-        for q in range(n):
-            for _ in range(owed[q][0] - self.got[q]):
+        _freeing.append((comm, reqs, mine, owed, self.got))
+        free_settled()
+
+
+# Leaders' communicators freed by their Alarm but not yet by MPI: (the
+# communicator, the requests of its count exchange, their buffers, what
+# this leader received from each other one).
+_freeing: list[tuple[MPI.Intracomm, list[MPI.Request], list[array], list[array], array]] = []
+
+
+def free_settled() -> None:
+    """Free the leaders' communicators whose count exchange (`Alarm.free`)
+    completed, once this leader has received what the counts say it was
+    sent (those messages were sent before the counts, and MPI does not
+    let a later message overtake an earlier one).  Called at each
+    `Alarm.free` and each new Alarm (a later communicator of the same
+    leaders); at exit the rest stay unfreed (a leader never freed its
+    communicator, or a request left behind never completed: a leak, never
+    a hang)."""
+    buf = array("q", [0])
+    for entry in list(_freeing):
+        comm, reqs, _, owed, got = entry
+        if not MPI.Request.Testall(reqs) or not _quiet():
+            continue
+        _freeing.remove(entry)
+        for q, count in enumerate(owed):
+            for _ in range(count[0] - got[q]):
                 comm.Recv([buf, MPI.INT64_T], q, REFUSED_TAG)
         comm.Free()

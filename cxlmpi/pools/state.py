@@ -23,7 +23,7 @@ from ..errors import (
     CXLMPITimeoutError,
 )
 from ..memory.backends import NO_ROOM
-from . import agree, progress
+from . import agree, leaders, progress
 from .group import create_pool, detach_heap, node_heap
 from .hierarchy import ACROSS_GROUPS, Hierarchy
 from .selection import attach, remember
@@ -37,8 +37,8 @@ class _State:
     Hierarchy when they span several; `only` (for a Hierarchy) tells, per
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
-    __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "routes", "hosts",
-                 "key", "held")
+    __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "left", "stuck",
+                 "routes", "hosts", "key", "held")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None, ordering: bool = False) -> None:
@@ -48,6 +48,10 @@ class _State:
         # see _shim `order`)
         self.order: MPI.Intracomm | None = probe if ordering else None
         self.order_at: int = MPI._addressof(probe) if self.order is not None else 0
+        # barriers on `order` a failed call left behind (_shim `abandon_order`),
+        # and whether one was left that only MPI holds (a late `order`)
+        self.left: list[MPI.Request] = []
+        self.stuck = False
         self.error: CXLMPIError | None = None
         self.only: tuple[bool, ...] | None = None
         # adaptive selection: the compiled route table, bound to its policy
@@ -83,10 +87,21 @@ class _State:
         if MPI.Is_finalized():
             return
         if probe is not None:
-            probe.Free()
+            left, self.left = self.left, []
+            # (a barrier a failed call left on it may still run there: Open
+            # MPI crashed progressing one whose communicator had been freed;
+            # its peers may never post theirs, so it is not waited for)
+            if self.stuck or not leaders.settle(left, 0.1):
+                _kept.append((probe, left))
+            else:
+                probe.Free()
         if held is not None:
             held.free()
 
+
+# Progress communicators never freed: a failed call left a barrier on them
+# that may never complete (with its requests).
+_kept: list[tuple[MPI.Intracomm, list[MPI.Request]]] = []
 
 # handle -> state (the dict the compiled hot path reads); an MPI attribute on
 # the communicator removes the entry when MPI frees it, whoever frees it.

@@ -27,7 +27,6 @@ cdef extern from "cxl_mpi.h" nogil:
         long sleep_ns
     int cxl_mpi_pause(cxl_pause *p, double timeout_s)
     int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
-    int cxl_mpi_order_abandon(cxl_h c)
     int cxl_mpi_bcast(void *b, int n, cxl_h t, int root, cxl_h c)
     int cxl_mpi_reduce(int which, const void *s, void *r, int n, cxl_h t, cxl_h op, int root,
                        cxl_h c)

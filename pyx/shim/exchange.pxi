@@ -162,21 +162,24 @@ def Alltoallv(self, sendbuf, recvbuf):
     cdef uint64_t local = 0, pairs = 0
     cdef Py_ssize_t si, ri, i
     eligible = not disabled and lo[ALLTOALLV] != NEVER and sendbuf is not _IN_PLACE
-    refused = None
+    refused, parsed = None, False
     if eligible:
         try:
             rvec = vector(recvbuf, True, size)
             svec = vector(sendbuf, False, size)
-            raise_refusal()
-        except ValueError as exc:  # outside its buffer: every rank raises
-            refused = exc
+        except ValueError as exc:  # (counts past what memory holds: raised at once)
+            refused, rvec, svec = exc, None, None
+        else:   # outside a buffer: parsed on a scratch copy (refusals.pxi)
+            refused = take_refusal()
+            parsed = True
         if rvec is not None and svec is not None and not aliased(svec.m, rvec.m):
             send, recv = svec.m, rvec.m
             si, ri = send.itemsize, recv.itemsize
             local = 1 + max(svec.largest * si, rvec.largest * ri)
             if not alone(ALLTOALLV, local, size):
                 pairs = pairs_sent(rank, svec, si) + pairs_received(rank, rvec, ri)
-    state, agreed, code = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused)
+    state, agreed, code = settle(self, ALLTOALLV, eligible, local, size, -1, pairs, refused,
+                                 None, parsed)
     if code <= 0:
         if code == 0:
             to_mpi(self)

@@ -126,30 +126,30 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
     counts in elements) and every rank's own block (`own`; at the root it
     may be IN_PLACE), then settle the path as `settle` does.  Returns
     (state, agreed, path code, the root's Vector, own message).  Only the
-    root reads `vbuf`: when its counts or displacements run outside the
-    buffer it raises, and the header step makes every rank raise."""
+    root reads `vbuf`.  A message outside its buffer is parsed on a
+    scratch copy (refusals.pxi) and the rank decides as its peers do: MPI
+    runs the call on the copy, or the header step makes every rank raise."""
     cdef Vector vec = None
     cdef Message mine = None
     cdef uint64_t local = 0
     eligible = not disabled and lo[which] != NEVER and 0 <= root < size
     ok = eligible
     refused = None
-    if ok and rank == root:
-        try:
+    try:
+        if ok and rank == root:
             vec = vector(vbuf, vwritable, size)
-            raise_refusal()
-        except ValueError as exc:
-            vec, refused = None, exc
-        ok = vec is not None
-    if ok and not (rank == root and own is _IN_PLACE):
-        try:
+            ok = vec is not None
+        if ok and not (rank == root and own is _IN_PLACE):
             mine = message(own, not vwritable, 0, 0, STAGE_NONE)
-            raise_refusal()
-        except ValueError as exc:
-            mine, refused = None, exc
-        ok = mine is not None and (rank != root or
-                                   mine.nbytes == vec.counts[rank] * vec.m.itemsize
-                                   and not aliased(mine, vec.m))
+            ok = mine is not None and (rank != root or
+                                       mine.nbytes == vec.counts[rank] * vec.m.itemsize
+                                       and not aliased(mine, vec.m))
+    except ValueError as exc:   # (counts past what memory holds: raised at once)
+        refused, ok, parsed = exc, False, False
+    else:
+        parsed = True
+        if eligible:
+            refused = take_refusal()
     cdef uint64_t pairs = 0
     cdef Py_ssize_t item, i
     if ok:
@@ -170,7 +170,8 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
             pairs = <uint64_t>pair_hash(rank, root, mine.nbytes)
         else:
             pairs = -<uint64_t>pair_hash(root, rank, mine.nbytes)
-    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused)
+    state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused,
+                                 None, parsed)
     return state, agreed, code, vec, mine
 
 
@@ -310,23 +311,24 @@ cdef int order(object comm, int which) except -1:
     cdef cxl_h h = cxl_mpi_read(<const void *>at) if at else 0
     cdef int ierr = 0, late
     if h == 0 or h == COMM_NULL_H:
-        late = order_through_mpi4py(probe)
+        late = order_through_mpi4py(state)
     else:
         with nogil:
             late = cxl_mpi_order(h, order_timeout_s, &ierr)
         if ierr != 0:
             raise MPI.Exception(ierr)
+        state.stuck |= late   # (its request stays with MPI, never waited)
     if late:
         what = COLLECTIVES[which] if which >= 0 else "an object collective"
         raise _order_failed(comm, state, what)
     return 0
 
 
-cdef int order_through_mpi4py(object probe) except -1:
+cdef int order_through_mpi4py(object state) except -1:
     """`order`'s barrier where the library's functions were not found: the
     same nonblocking barrier through mpi4py, tested with the same pauses
     until CXLMPI_TIMEOUT (1 then, else 0)."""
-    request = probe.Ibarrier()
+    request = state.order.Ibarrier()
     cdef cxl_pause pause
     cdef int late = 0
     pause.polls = pause.sleep_ns = 0
@@ -335,14 +337,9 @@ cdef int order_through_mpi4py(object probe) except -1:
         with nogil:
             late = cxl_mpi_pause(&pause, order_timeout_s)
     if late:
-        _pending.append(request)
+        state.left.append(request)
+        state.stuck = True
     return late
-
-
-# Barriers left pending by `order` and `abandon_order` through mpi4py: a
-# nonblocking collective's request may not be freed before it completes
-# (MPI_Request_free on one is erroneous), which dropping it would do.
-_pending = []
 
 
 cdef void abandon_order(object state) noexcept:
@@ -350,20 +347,16 @@ cdef void abandon_order(object state) noexcept:
     it (see `order`): a rank that failed in the pool (a timeout, a peer
     judged gone) while its peers finished lets them finish, instead of
     leaving them to wait out CXLMPI_TIMEOUT.  The communicator's pool is
-    closed after this: nothing else is posted on it."""
+    closed after this: nothing else is posted on it.  The request stays
+    with the state: the barrier's communicator is freed with the user's
+    only where it has completed by then (`_State.free`; Open MPI crashed
+    progressing a barrier whose communicator had been freed)."""
     if state is None or state.order is None:
         return
-    if not found or not state.order_at:
-        try:
-            _pending.append(state.order.Ibarrier())
-        except Exception:  # noqa: BLE001 - already failing: nothing to add
-            pass
-        return
-    cdef uintptr_t at = state.order_at
-    cdef cxl_h h = cxl_mpi_read(<const void *>at)
-    if h != 0 and h != COMM_NULL_H:
-        with nogil:
-            cxl_mpi_order_abandon(h)
+    try:
+        state.left.append(state.order.Ibarrier())
+    except Exception:  # noqa: BLE001 - already failing: nothing to add
+        pass
 
 
 def order_calls(comm):

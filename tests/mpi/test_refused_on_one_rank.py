@@ -28,11 +28,12 @@ SHORT = 16
 
 
 def _bcast(c: MPI.Intracomm, whole: np.ndarray) -> int:
-    """Rank 1's Bcast names N doubles of a view SHORT doubles shorter."""
+    """Rank 1's Bcast names N doubles of a view SHORT doubles shorter (returns
+    where rank 1's buffer ends, in bytes, as every stage)."""
     if RANK == 0:
         whole[:N] = np.arange(N) + 7
     c.Bcast([whole[:N - (SHORT if RANK == 1 else 0)], N, MPI.DOUBLE], 0)
-    return N - SHORT
+    return (N - SHORT) * 8
 
 
 def _allgatherv(c: MPI.Intracomm, whole: np.ndarray) -> int:
@@ -41,12 +42,12 @@ def _allgatherv(c: MPI.Intracomm, whole: np.ndarray) -> int:
     view = whole[:count * SIZE - (SHORT if RANK == 1 else 0)]
     c.Allgatherv(np.full(count, float(RANK + 1)),
                  [view, [count] * SIZE, [count * q for q in range(SIZE)], MPI.DOUBLE])
-    return count * SIZE - SHORT
+    return (count * SIZE - SHORT) * 8
 
 
 def _barrier(c: MPI.Intracomm, whole: np.ndarray) -> int:
     c.Barrier()
-    return len(whole)
+    return whole.nbytes
 
 
 @pytest.mark.parametrize("first", [False, True], ids=["set-up", "first-call"])
@@ -61,6 +62,63 @@ def test_a_message_refused_on_one_rank_fails_no_peer(first: bool) -> None:
     from the refusing group's leader.  (Before they did not: the other
     groups raised CXLMPITimeoutError or CXLMPIPoolError after
     CXLMPI_TIMEOUT.)"""
+    _check_stages((("Bcast", _bcast), ("Allgatherv", _allgatherv), ("Barrier", _barrier)),
+                  first)
+
+
+def _vectors(block: int, cut: int, item: int) -> tuple:
+    """The v-collectives whose counts only some ranks know, each with rank
+    1's own message `cut` elements shorter than its counts (`block`
+    elements a rank, of `item` bytes: MPI.BYTE or MPI.DOUBLE)."""
+    dtype, mpitype = (np.uint8, MPI.BYTE) if item == 1 else (np.float64, MPI.DOUBLE)
+    short = cut if RANK == 1 else 0
+    counts, displs = [block] * SIZE, [block * q for q in range(SIZE)]
+
+    def as_whole(mem: np.ndarray) -> np.ndarray:
+        return mem.view(dtype)
+
+    def gatherv(c: MPI.Intracomm, mem: np.ndarray) -> int:
+        whole = as_whole(mem)
+        whole[:block - short] = RANK + 1
+        c.Gatherv([whole[:block - short], block, mpitype],
+                  [whole[block:block * (SIZE + 1)], counts, displs, mpitype] if RANK == 0
+                  else None, 0)
+        return (block - cut) * item
+
+    def scatterv(c: MPI.Intracomm, mem: np.ndarray) -> int:
+        whole = as_whole(mem)
+        send = np.arange(block * SIZE, dtype=dtype) + 3
+        c.Scatterv([send, counts, displs, mpitype] if RANK == 0 else None,
+                   [whole[:block - short], block, mpitype], 0)
+        return (block - cut) * item
+
+    def alltoallv(c: MPI.Intracomm, mem: np.ndarray) -> int:
+        whole = as_whole(mem)
+        send = np.arange(block * SIZE, dtype=dtype) + 5 * RANK
+        c.Alltoallv([send, counts, displs, mpitype],
+                    [whole[:block * SIZE - short], counts, displs, mpitype])
+        return (block * SIZE - cut) * item
+
+    return (("Gatherv", gatherv), ("Scatterv", scatterv), ("Alltoallv", alltoallv),
+            ("Barrier", _barrier))
+
+
+@pytest.mark.parametrize("block, cut, item", [(4, 2, 1), (N // 2, SHORT, 8)],
+                         ids=["small", "large"])
+def test_a_vector_refused_on_one_rank_fails_no_peer(block: int, cut: int, item: int) -> None:
+    """Gatherv, Scatterv and Alltoallv, each with rank 1's own message
+    running past its buffer, as the test above.  Small ones (4 bytes a
+    rank) go to MPI on the ranks whose own counts are small without a
+    header step; rank 1 must follow them there, on its scratch copy.
+    (Before, it took the header step, found the pass and raised alone,
+    while its peers waited in MPI for ever.)"""
+    _check_stages(_vectors(block, cut, item), False)
+
+
+def _check_stages(stages: tuple, first: bool) -> None:
+    """Run `stages` on a wrapped and a plain duplicate of the world (the
+    wrapped one's first call: the first stage where `first`), and agree
+    on the outcomes the tests above describe."""
     if SIZE < 2:
         pytest.skip("needs a peer")
     wrapped = cxlmpi.wrap(PLAIN.Dup())
@@ -68,19 +126,19 @@ def test_a_message_refused_on_one_rank_fails_no_peer(first: bool) -> None:
     if not first:
         wrapped.Allreduce(np.ones(N), np.empty(N))
     outcomes, problems = [], []
-    for name, stage in (("Bcast", _bcast), ("Allgatherv", _allgatherv),
-                        ("Barrier", _barrier)):
-        got, want = np.zeros(N + 64), np.zeros(N + 64)
+    for name, stage in stages:
+        got, want = np.zeros(3 * N + 64), np.zeros(3 * N + 64)
         try:
             stage(wrapped, got)
             outcomes.append("returned")
         except (CXLMPIError, ValueError) as exc:   # (a CXLMPIMessageError is both)
             outcomes.append(type(exc).__name__)
         end = stage(plain, want)   # (stock, on every rank: the same call as given)
-        end = end if RANK == 1 else len(got)
-        if outcomes[-1] == "returned" and not np.array_equal(got[:end], want[:end]):
+        end = end if RANK == 1 else got.nbytes   # (bytes)
+        mine, stocks = got.view(np.uint8), want.view(np.uint8)
+        if outcomes[-1] == "returned" and not np.array_equal(mine[:end], stocks[:end]):
             problems.append(f"{name} returned values other than stock's")
-        if np.any(got[end:]):
+        if np.any(mine[end:]):
             problems.append(f"{name} wrote past rank 1's buffer")
     wrapped.Free()
     plain.Free()
