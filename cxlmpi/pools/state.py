@@ -49,7 +49,8 @@ class _State:
         self.order: MPI.Intracomm | None = probe if ordering else None
         self.order_at: int = MPI._addressof(probe) if self.order is not None else 0
         # barriers on `order` a failed call left behind (_shim `abandon_order`),
-        # and whether one was left that only MPI holds (a late `order`)
+        # and whether one may be left that only MPI holds (a late `order`, a
+        # failed call other than a refusal)
         self.left: list[MPI.Request] = []
         self.stuck = False
         self.error: CXLMPIError | None = None

@@ -246,6 +246,8 @@ cdef object run_failed(object comm, object exc):
     state = _states.get(comm.handle)
     if not exc.mismatch:
         abandon_order(state)
+        if state is not None:   # (a posted call's late barrier: only MPI holds it)
+            state.stuck = True
     err = _fail(comm, state, exc)
     if exc.mismatch and state is not None and state.error is err:
         from .errors import CXLMPIMessageError
