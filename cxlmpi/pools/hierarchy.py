@@ -226,7 +226,7 @@ class Hierarchy:
         never freed), and PoolFailure (timed out) names the other groups'
         leaders (`missing_ranks`); where another leader tells of a refusal
         meanwhile, its mismatch (`_look`)."""
-        if not step.wait(reqs, keep, lambda: self._look(what)):
+        if not step.wait(reqs, keep, lambda: self._look(what), self._alarm):
             self._late_leaders = True
             raise PoolFailure(PoolFailure.TIMEOUT, -1, what)
 
@@ -574,7 +574,7 @@ class Hierarchy:
         short one after a refusal was told (what a live partner posted
         completes at once; the refusing group's leader posts nothing)."""
         if self._late_leaders:
-            step.abandon(reqs, keep)
+            step.abandon(reqs, keep, self._alarm)
         else:
             step.drain(reqs, keep, 0.1 if self._relayed or self._told == self._ops.value
-                       else None)
+                       else None, self._alarm)

@@ -20,7 +20,9 @@ leaders' communicator is freed (`Alarm.free`, `free_settled`).
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 import time
 from array import array
 from typing import Callable
@@ -39,30 +41,34 @@ COUNT_TAG = 3
 
 # Requests of leaders' steps that timed out or were given up, with the
 # buffers they may still write into or read from: kept for the life of the
-# process (a request may not be freed before it completes, nor its buffer).
+# process (a request may not be freed before it completes, nor its buffer),
+# with the Alarm of their leaders' communicator where they have one (it is
+# not freed under one still in flight: `free_settled`).
 _abandoned: list[tuple[list[MPI.Request], object]] = []
+_lock = threading.Lock()
 
 
-def abandon(reqs: list[MPI.Request | None], keep: object = None) -> None:
-    """Leave `reqs` behind, with `keep`, for the life of the process."""
+def abandon(reqs: list[MPI.Request | None], keep: object = None,
+            owner: Alarm | None = None) -> None:
+    """Leave `reqs` behind, with `keep`, for the life of the process (on
+    the leaders' communicator of `owner`)."""
     live = [req for req in reqs if req is not None]
     if live:
-        _abandoned.append((live, keep))
+        with _lock:
+            (owner.left if owner is not None else _abandoned).append((live, keep))
 
 
-def _quiet() -> bool:
-    """Whether every request left behind has completed (those are
+def _quiet(left: list[tuple[list[MPI.Request], object]]) -> bool:
+    """Whether every request of `left` has completed (those are
     forgotten): a leaders' communicator is not freed under one still in
     flight (Open MPI crashed progressing a nonblocking collective whose
-    communicator had been freed; which communicator a request is on is
-    not known here)."""
-    _abandoned[:] = [(reqs, keep) for reqs, keep in _abandoned
-                     if not MPI.Request.Testall(reqs)]
-    return not _abandoned
+    communicator had been freed).  Under `_lock`."""
+    left[:] = [(reqs, keep) for reqs, keep in left if not MPI.Request.Testall(reqs)]
+    return not left
 
 
 def wait(reqs: list[MPI.Request | None], keep: object = None,
-         look: Callable[[], None] | None = None) -> bool:
+         look: Callable[[], None] | None = None, owner: Alarm | None = None) -> bool:
     """Complete `reqs` (None: none), as Waitall would, for at most
     CXLMPI_TIMEOUT: whether they completed (False: they are left behind).
     Tests first, then yields the core for 10 ms, then sleeps between tests
@@ -83,13 +89,13 @@ def wait(reqs: list[MPI.Request | None], keep: object = None,
             try:
                 look()
             except BaseException:
-                abandon(live, keep)
+                abandon(live, keep, owner)
                 raise
         now = time.monotonic()
         if first == 0.0:
             first = now
         elif timeout > 0 and now - first > timeout:
-            abandon(live, keep)
+            abandon(live, keep, owner)
             return False
         if now - first < 0.01:
             os.sched_yield()
@@ -100,7 +106,7 @@ def wait(reqs: list[MPI.Request | None], keep: object = None,
 
 
 def drain(reqs: list[MPI.Request | None], keep: object = None,
-          limit: float | None = None) -> None:
+          limit: float | None = None, owner: Alarm | None = None) -> None:
     """After a failure in a pipelined collective: let the leaders' requests
     still in flight complete, so that MPI writes into no buffer the caller
     got back -- for at most CXLMPI_TIMEOUT (or `limit` seconds), since their
@@ -112,7 +118,7 @@ def drain(reqs: list[MPI.Request | None], keep: object = None,
         timeout = config.get().timeout
         limit = timeout if timeout > 0 else 60.0
     if not settle(live, limit):
-        abandon(live, keep)
+        abandon(live, keep, owner)
 
 
 def settle(reqs: list[MPI.Request], limit: float) -> bool:
@@ -140,6 +146,8 @@ class Alarm:
         n = comm.Get_size()
         self.sent = array("q", bytes(8 * n))   # messages sent to each leader
         self.got = array("q", bytes(8 * n))    # and received from each
+        # requests on `comm` left behind (`abandon`): it is freed after them
+        self.left: list[tuple[list[MPI.Request], object]] = []
 
     def tell(self, rank: int) -> None:
         """Tell every other leader that `rank` (of the whole communicator)
@@ -149,7 +157,7 @@ class Alarm:
         for q in range(self.comm.Get_size()):
             if q != me:
                 buf = array("q", [rank])
-                abandon([self.comm.Isend([buf, MPI.INT64_T], q, REFUSED_TAG)], buf)
+                abandon([self.comm.Isend([buf, MPI.INT64_T], q, REFUSED_TAG)], buf, self)
                 self.sent[q] += 1
 
     def told(self) -> int:
@@ -182,32 +190,58 @@ class Alarm:
         owed = [array("q", [0]) for _ in range(n)]
         reqs = [comm.Isend([mine[q], MPI.INT64_T], q, COUNT_TAG) for q in range(n) if q != me]
         reqs += [comm.Irecv([owed[q], MPI.INT64_T], q, COUNT_TAG) for q in range(n) if q != me]
-        _freeing.append((comm, reqs, mine, owed, self.got))
+        with _lock:
+            _freeing.append((comm, reqs, mine, owed, self.got, self.left))
         free_settled()
 
 
 # Leaders' communicators freed by their Alarm but not yet by MPI: (the
 # communicator, the requests of its count exchange, their buffers, what
-# this leader received from each other one).
-_freeing: list[tuple[MPI.Intracomm, list[MPI.Request], list[array], list[array], array]] = []
+# this leader received from each other one, the requests left behind on it).
+_freeing: list[tuple[MPI.Intracomm, list[MPI.Request], list[array], list[array], array,
+                     list[tuple[list[MPI.Request], object]]]] = []
 
 
-def free_settled() -> None:
+def free_settled(limit: float = 0.0) -> None:
     """Free the leaders' communicators whose count exchange (`Alarm.free`)
     completed, once this leader has received what the counts say it was
     sent (those messages were sent before the counts, and MPI does not
-    let a later message overtake an earlier one).  Called at each
-    `Alarm.free` and each new Alarm (a later communicator of the same
-    leaders); at exit the rest stay unfreed (a leader never freed its
-    communicator, or a request left behind never completed: a leak, never
-    a hang)."""
+    let a later message overtake an earlier one) and every request left
+    behind on it has completed.  Called at each `Alarm.free` and each new
+    Alarm (a later communicator of the same leaders), and at exit, before
+    MPI_Finalize, with `limit` seconds to wait: what is still pending then
+    stays unfreed, its count receives cancelled (a leader that never freed
+    its communicator, a request left behind that never completed: a leak,
+    never a hang)."""
+    if MPI.Is_finalized():
+        return
     buf = array("q", [0])
-    for entry in list(_freeing):
-        comm, reqs, _, owed, got = entry
-        if not MPI.Request.Testall(reqs) or not _quiet():
-            continue
-        _freeing.remove(entry)
-        for q, count in enumerate(owed):
-            for _ in range(count[0] - got[q]):
-                comm.Recv([buf, MPI.INT64_T], q, REFUSED_TAG)
-        comm.Free()
+    deadline = time.monotonic() + limit
+    with _lock:
+        while True:
+            for entry in list(_freeing):
+                comm, reqs, _, owed, got, left = entry
+                if not MPI.Request.Testall(reqs) or not _quiet(left):
+                    continue
+                _freeing.remove(entry)
+                for q, count in enumerate(owed):
+                    for _ in range(count[0] - got[q]):
+                        comm.Recv([buf, MPI.INT64_T], q, REFUSED_TAG)
+                comm.Free()
+            if not _freeing or time.monotonic() >= deadline:
+                break
+            time.sleep(1e-3)
+        if limit:
+            for entry in _freeing:
+                reqs = entry[1]
+                for req in reqs[len(reqs) // 2:]:   # (the receives)
+                    if not req.Test():
+                        req.Cancel()
+                        req.Wait()   # (a cancelled receive completes)
+            _freeing.clear()
+
+
+@atexit.register
+def _at_exit() -> None:
+    # (before MPI_Finalize, which mpi4py runs after the atexit functions)
+    free_settled(1.0)

@@ -116,6 +116,8 @@ def _on_free(comm: MPI.Comm, keyval: int, state: _State) -> None:
         del _states[comm.handle]
     if isinstance(state.pool, Pool):
         state.pool.drain()   # (its nonblocking calls end first, as MPI's would)
+        if state.pool.failure() is not None:   # (one failed: never waited for)
+            state.stuck = True   # (its ordering barrier may be late: see free)
     _spare(state)
 
 
@@ -142,8 +144,9 @@ def _spare(state: _State) -> None:
     could not be had, too (its calls would all go to MPI; a new pool asks
     for the memory again)."""
     pool = state.pool
-    if state.key is None or state.error is not None or not isinstance(pool, Pool) \
-            or pool.identity is None or pool.short or pool.out_of_step():
+    if state.key is None or state.error is not None or state.stuck \
+            or not isinstance(pool, Pool) or pool.identity is None or pool.short \
+            or pool.out_of_step():
         state.free()   # (out of step: its ranks' calls were counted apart)
         return
     remember(state.routes, pool)

@@ -123,10 +123,15 @@ cdef int hold(object obj, bint writable, Py_ssize_t blocks, Buf *b) except -1:
     return 0
 
 
+cdef inline bint take_fits(Message m) noexcept:
+    """Whether `take_message` takes `m`."""
+    return direct(m) and m.count <= INT_MAX
+
+
 cdef inline int take_message(Message m, Buf *b) noexcept:
     """1: `b` is the parsed message `m` (its buffer held by `m`); 0: none."""
     b.held = False
-    if not direct(m) or m.count > INT_MAX:
+    if not take_fits(m):
         return 0
     b.buf = <void *>m.address
     b.count = m.count

@@ -145,11 +145,15 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
                                        mine.nbytes == vec.counts[rank] * vec.m.itemsize
                                        and not aliased(mine, vec.m))
     except ValueError as exc:   # (counts past what memory holds: raised at once)
-        refused, ok, parsed = exc, False, False
+        refused, ok = exc, False
     else:
-        parsed = True
         if eligible:
             refused = take_refusal()
+    # (where MPI may run the call on the scratch copy: `pass_vector` hands
+    # it the parsed messages, never the user's buffers, where these hold)
+    parsed = refused is not None and straight and \
+        (rank != root or vector_fits(vec)) and \
+        (rank == root if own is _IN_PLACE else count_fits(mine))
     cdef uint64_t pairs = 0
     cdef Py_ssize_t item, i
     if ok:
@@ -219,6 +223,11 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
             refused = take_refusal()
     if block >= 0:
         local = 1 + block
+    # (where MPI may run the call on the scratch copy: `pass_move` hands it
+    # the parsed messages, never the user's buffers, where these hold)
+    scratched = block >= 0 and straight and sendbuf is not _IN_PLACE and \
+        recvbuf is not _IN_PLACE and (whole is None or take_fits(whole)) and \
+        (mine is None or take_fits(mine))
     if block >= 0 and not alone(which, local, size):
         # Gather: ranks send to the root; Scatter: the root sends to them
         if rank == root:   # (its own block is not exchanged)
@@ -233,7 +242,7 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
         else:
             pairs = -<uint64_t>pair_hash(root, rank, block)
     state, agreed, code = settle(comm, which, eligible, local, size, root, pairs, refused,
-                                 (whole, mine), block >= 0)
+                                 (whole, mine), scratched)
     return state, agreed, code, whole, mine, eligible
 
 
@@ -246,8 +255,8 @@ cdef object run_failed(object comm, object exc):
     state = _states.get(comm.handle)
     if not exc.mismatch:
         abandon_order(state)
-        if state is not None:   # (a posted call's late barrier: only MPI holds it)
-            state.stuck = True
+        if state is not None and state.order is not None:
+            state.stuck = True   # (a posted call's late barrier: only MPI holds it)
     err = _fail(comm, state, exc)
     if exc.mismatch and state is not None and state.error is err:
         from .errors import CXLMPIMessageError

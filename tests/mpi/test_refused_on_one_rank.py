@@ -66,53 +66,65 @@ def test_a_message_refused_on_one_rank_fails_no_peer(first: bool) -> None:
                   first)
 
 
-def _vectors(block: int, cut: int, item: int) -> tuple:
+def _vectors(blocks: list[int], cut: int, item: int) -> tuple:
     """The v-collectives whose counts only some ranks know, each with rank
-    1's own message `cut` elements shorter than its counts (`block`
-    elements a rank, of `item` bytes: MPI.BYTE or MPI.DOUBLE)."""
+    1's own message `cut` elements shorter than its counts (`blocks[q]`
+    elements of rank q's, of `item` bytes: MPI.BYTE or MPI.DOUBLE;
+    Alltoallv only where all are alike)."""
     dtype, mpitype = (np.uint8, MPI.BYTE) if item == 1 else (np.float64, MPI.DOUBLE)
     short = cut if RANK == 1 else 0
-    counts, displs = [block] * SIZE, [block * q for q in range(SIZE)]
+    mine, most = blocks[RANK], max(blocks)
+    counts, displs = blocks, [sum(blocks[:q]) for q in range(SIZE)]
 
     def as_whole(mem: np.ndarray) -> np.ndarray:
         return mem.view(dtype)
 
     def gatherv(c: MPI.Intracomm, mem: np.ndarray) -> int:
-        whole = as_whole(mem)
-        whole[:block - short] = RANK + 1
-        c.Gatherv([whole[:block - short], block, mpitype],
-                  [whole[block:block * (SIZE + 1)], counts, displs, mpitype] if RANK == 0
+        whole = as_whole(mem)   # (the root receives past its own block)
+        whole[:mine - short] = RANK + 1
+        c.Gatherv([whole[:mine - short], mine, mpitype],
+                  [whole[most:most + sum(blocks)], counts, displs, mpitype] if RANK == 0
                   else None, 0)
-        return (block - cut) * item
+        return (mine - cut) * item
 
     def scatterv(c: MPI.Intracomm, mem: np.ndarray) -> int:
         whole = as_whole(mem)
-        send = np.arange(block * SIZE, dtype=dtype) + 3
+        send = np.arange(sum(blocks), dtype=dtype) + 3
         c.Scatterv([send, counts, displs, mpitype] if RANK == 0 else None,
-                   [whole[:block - short], block, mpitype], 0)
-        return (block - cut) * item
+                   [whole[:mine - short], mine, mpitype], 0)
+        return (mine - cut) * item
 
     def alltoallv(c: MPI.Intracomm, mem: np.ndarray) -> int:
         whole = as_whole(mem)
-        send = np.arange(block * SIZE, dtype=dtype) + 5 * RANK
+        send = np.arange(sum(blocks), dtype=dtype) + 5 * RANK
         c.Alltoallv([send, counts, displs, mpitype],
-                    [whole[:block * SIZE - short], counts, displs, mpitype])
-        return (block * SIZE - cut) * item
+                    [whole[:sum(blocks) - short], counts, displs, mpitype])
+        return (sum(blocks) - cut) * item
 
-    return (("Gatherv", gatherv), ("Scatterv", scatterv), ("Alltoallv", alltoallv),
-            ("Barrier", _barrier))
+    stages = [("Gatherv", gatherv), ("Scatterv", scatterv)]
+    if len(set(blocks)) == 1:
+        stages.append(("Alltoallv", alltoallv))
+    return (*stages, ("Barrier", _barrier))
 
 
-@pytest.mark.parametrize("block, cut, item", [(4, 2, 1), (N // 2, SHORT, 8)],
-                         ids=["small", "large"])
-def test_a_vector_refused_on_one_rank_fails_no_peer(block: int, cut: int, item: int) -> None:
+@pytest.mark.parametrize("small, large, cut, item",
+                         [(4, 4, 2, 1), (N // 2, N // 2, SHORT, 8), (1, N // 2, SHORT, 8)],
+                         ids=["small", "large", "mixed"])
+def test_a_vector_refused_on_one_rank_fails_no_peer(small: int, large: int, cut: int,
+                                                    item: int) -> None:
     """Gatherv, Scatterv and Alltoallv, each with rank 1's own message
     running past its buffer, as the test above.  Small ones (4 bytes a
     rank) go to MPI on the ranks whose own counts are small without a
     header step; rank 1 must follow them there, on its scratch copy.
     (Before, it took the header step, found the pass and raised alone,
-    while its peers waited in MPI for ever.)"""
-    _check_stages(_vectors(block, cut, item), False)
+    while its peers waited in MPI for ever.)  Mixed: rank 1's block is
+    large, the others' one double, so that at 3 and 4 ranks the root and
+    rank 1 meet in the header step while the others pass (rank 1 follows
+    them to MPI from there)."""
+    blocks = [small] * SIZE
+    if SIZE > 1:
+        blocks[1] = large
+    _check_stages(_vectors(blocks, cut, item), False)
 
 
 def _check_stages(stages: tuple, first: bool) -> None:
