@@ -98,3 +98,15 @@ def test_an_object_collective_whose_result_one_rank_cannot_make(nranks: int) -> 
         assert any(mine != "ok" for mine, _, _ in ranks), (case, ranks)
     for pattern, missing in order.items():   # (stock misses some at 3 ranks)
         assert missing["cxlmpi"] <= missing["stock"], (pattern, order)
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_message_past_its_buffer_never_reaches_mpi_whole(nranks: int) -> None:
+    """Where MPI could run a refused message only on the user's buffer
+    (the library's functions not found: pass-through goes through mpi4py),
+    no rank writes past it: every rank raises the refusal.  (Before, each
+    followed its peers to MPI and stock wrote past the buffer.)"""
+    job = launch_mpi(nranks, ["tests/scripts/scratch_without_library.py"], timeout=60)
+    result = next((json.loads(line[len("RESULT "):]) for line in job.stdout.splitlines()
+                   if line.startswith("RESULT ")), None)
+    assert result == {"raised": list(range(nranks)), "past": []}, job.describe()

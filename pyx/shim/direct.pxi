@@ -174,6 +174,25 @@ cdef inline cxl_h op_handle(object op) except? -1:
     return 0 if info is None else info[1]
 
 
+cdef int stock_guard(Message a, Message b=None, Message c=None) except -1:
+    """Before a pass_*'s stock fallback, which hands MPI the user's buffers:
+    a parsed message on a scratch copy (refused: its counts run past its
+    buffer, refusals.pxi) raises its refusal instead, on this rank alone
+    (its peers may then wait in MPI), since stock MPI would read or write
+    past the buffer.  The callers send such a message here only where the
+    straight call takes it; this is the net under them."""
+    if (a is None or a.scratch is None) and (b is None or b.scratch is None) and \
+            (c is None or c.scratch is None):
+        return 0
+    err = take_refusal()
+    if err is None:
+        from .errors import CXLMPIMessageError
+
+        err = CXLMPIMessageError("cxlmpi: a message runs past its buffer, and MPI could "
+                                 "run the call here only on the buffer itself")
+    raise err
+
+
 cdef int pass_barrier(object comm) except -1:
     cdef cxl_h c = comm_handle(comm) if straight else 0
     cdef int ierr
@@ -192,6 +211,7 @@ cdef int pass_bcast(object comm, object buf, int root, Message m=None,
     cdef int ierr
     if c == 0 or not 0 <= root < comm_size(comm) or \
             not get(buf, m, parsed, root != comm_rank(comm), 1, &b):
+        stock_guard(m)
         _stock_bcast(comm, buf, root)
         return 0
     with nogil:
@@ -228,6 +248,7 @@ cdef int pass_reduce(object comm, int which, object sendbuf, object recvbuf, obj
             if not ok:
                 release(&r)
     if not ok:
+        stock_guard(ps, pr)
         if which == CXL_MPI_REDUCE:
             _stock_reduce(comm, sendbuf, recvbuf, op, root)
         elif which == CXL_MPI_ALLREDUCE:
@@ -266,6 +287,7 @@ cdef int pass_reduce_scatter_block(object comm, object sendbuf, object recvbuf, 
         if not ok:
             release(&r)
     if not ok:
+        stock_guard(ps, pr)
         _stock_reduce_scatter_block(comm, sendbuf, recvbuf, op)
         return 0
     with nogil:
@@ -299,6 +321,7 @@ cdef int pass_move(object comm, int which, object sendbuf, object recvbuf, int r
             if not ok and sending:
                 release(&s)
     if not ok:
+        stock_guard(ps, pr)
         if which == CXL_MPI_ALLGATHER:
             _stock_allgather(comm, sendbuf, recvbuf)
         elif which == CXL_MPI_ALLTOALL:
@@ -360,6 +383,8 @@ cdef int pass_vector(object comm, int which, object sendbuf, object recvbuf, int
     else:
         ok = ok and count_fits(own)
     if not ok:
+        stock_guard(own, vec.m if vec is not None else None,
+                    rvec.m if rvec is not None else None)
         if which == CXL_MPI_ALLGATHERV:
             _stock_allgatherv(comm, sendbuf, recvbuf)
         elif which == CXL_MPI_GATHERV:
@@ -404,6 +429,7 @@ cdef int pass_reduce_scatter(object comm, object sendbuf, object recvbuf, object
     cdef int ierr
     if oph == 0 or not direct(recv) or not vector_fits(counts) or \
             (not in_place and not direct(send)):
+        stock_guard(send, recv)
         _stock_reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op)
         return 0
     cdef const void *sp = IN_PLACE_P if in_place else <void *>send.address
