@@ -139,7 +139,11 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
         if ok and rank == root:
             vec = vector(vbuf, vwritable, size)
             ok = vec is not None
-        if ok and not (rank == root and own is _IN_PLACE):
+        # (None at the root: no elements of its own, as mpi4py passes it --
+        # like IN_PLACE here, so that the root decides from its vector as its
+        # peers do: a root that passed alone left the other pool groups'
+        # leaders waiting for it in theirs)
+        if ok and not (rank == root and (own is _IN_PLACE or own is None)):
             mine = message(own, not vwritable, 0, 0, STAGE_NONE)
             ok = mine is not None and (rank != root or
                                        mine.nbytes == vec.counts[rank] * vec.m.itemsize
@@ -208,7 +212,11 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
                 whole = message(recvbuf if gathering else sendbuf, gathering, size, lo[which])
                 if whole is not None:
                     block = whole.nbytes
-                    if own is not _IN_PLACE:
+                    # (None: no elements of its own, as mpi4py passes it; decided
+                    # as IN_PLACE, from the root's whole message, as its peers
+                    # decide -- a root that passed alone left the other pool
+                    # groups' leaders waiting for it in theirs)
+                    if own is not _IN_PLACE and own is not None:
                         mine = message(own, not gathering, 0, lo[which] // size)
                         if mine is None or mine.nbytes != block or aliased(mine, whole):
                             block = -1

@@ -67,6 +67,15 @@ def test_allgather_and_gather(comm, dtype):
             comm.Gather(MPI.IN_PLACE if RANK == root else mine, inplace, root)
             if RANK == root and not np.array_equal(inplace, want):
                 bad.append(f"Gather IN_PLACE root={root} n={n}")
+            # None at the root: no elements of its own (mpi4py), decided as
+            # IN_PLACE (a root that passed alone hung the other pool groups)
+            base = make_data(dtype, n * SIZE, 54)
+            got, want_none = base.copy(), base.copy()
+            PLAIN.Gather(None if RANK == root else mine, want_none if RANK == root else None,
+                         root)
+            comm.Gather(None if RANK == root else mine, got if RANK == root else None, root)
+            if RANK == root and not np.array_equal(got, want_none):
+                bad.append(f"Gather None at root={root} n={n}")
     agree(not bad, "; ".join(bad))
 
 
@@ -89,6 +98,11 @@ def test_scatter_and_alltoall(comm, dtype):
                     bad.append(f"Scatter IN_PLACE root={root} n={n}")
             else:
                 comm.Scatter(None, got, root)
+            got, want = np.zeros(n, dtype), np.zeros(n, dtype)   # (None at the root)
+            PLAIN.Scatter(full if RANK == root else None, None if RANK == root else want, root)
+            comm.Scatter(full if RANK == root else None, None if RANK == root else got, root)
+            if not np.array_equal(got, want):
+                bad.append(f"Scatter None at root={root} n={n}")
         send = make_data(dtype, n * SIZE, 52)
         want = np.zeros(n * SIZE, dtype)
         PLAIN.Alltoall(send, want)
