@@ -120,6 +120,19 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     return (state, agreed, code) if code > 0 else (state, agreed, FOLLOW)
 
 
+cdef bint across_groups(object comm, int which) except -1:
+    """Whether `comm`'s pool spans pool groups for `which` (its state set up
+    here where it was not, as `settle` would next).  There a root whose
+    own block is None (mpi4py: no elements of its own) decides as with
+    IN_PLACE, from its whole message as its peers decide: a leader that
+    sends a call to MPI alone cannot tell the other groups, whose leaders
+    waited for it (mpi4py's test_cco_buf under CXLMPI_POOL_GROUPS=2).  In
+    one pool such a root sends the call to MPI at once, and its peers
+    follow its pass."""
+    state = state_of(comm, which)
+    return state is not None and state.only is not None
+
+
 cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
                            object own, int root, int size, int rank):
     """Gatherv / Scatterv: parse the root's vector message (`vbuf`, its
@@ -139,11 +152,8 @@ cdef tuple settle_rooted_v(object comm, int which, object vbuf, bint vwritable,
         if ok and rank == root:
             vec = vector(vbuf, vwritable, size)
             ok = vec is not None
-        # (None at the root: no elements of its own, as mpi4py passes it --
-        # like IN_PLACE here, so that the root decides from its vector as its
-        # peers do: a root that passed alone left the other pool groups'
-        # leaders waiting for it in theirs)
-        if ok and not (rank == root and (own is _IN_PLACE or own is None)):
+        if ok and not (rank == root and (own is _IN_PLACE or
+                                         own is None and across_groups(comm, which))):
             mine = message(own, not vwritable, 0, 0, STAGE_NONE)
             ok = mine is not None and (rank != root or
                                        mine.nbytes == vec.counts[rank] * vec.m.itemsize
@@ -212,11 +222,8 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
                 whole = message(recvbuf if gathering else sendbuf, gathering, size, lo[which])
                 if whole is not None:
                     block = whole.nbytes
-                    # (None: no elements of its own, as mpi4py passes it; decided
-                    # as IN_PLACE, from the root's whole message, as its peers
-                    # decide -- a root that passed alone left the other pool
-                    # groups' leaders waiting for it in theirs)
-                    if own is not _IN_PLACE and own is not None:
+                    if own is not _IN_PLACE and not (own is None and
+                                                     across_groups(comm, which)):
                         mine = message(own, not gathering, 0, lo[which] // size)
                         if mine is None or mine.nbytes != block or aliased(mine, whole):
                             block = -1
