@@ -172,7 +172,8 @@ def Alltoallv(self, sendbuf, recvbuf):
         else:   # outside a buffer: parsed on a scratch copy (refusals.pxi)
             refused = take_refusal()
             # (MPI may run it on the copy where `pass_vector` takes both)
-            parsed = straight and vector_fits(svec) and vector_fits(rvec)
+            parsed = refused is not None and straight and vector_fits(svec) and \
+                vector_fits(rvec)
         if rvec is not None and svec is not None and not aliased(svec.m, rvec.m):
             send, recv = svec.m, rvec.m
             si, ri = send.itemsize, recv.itemsize

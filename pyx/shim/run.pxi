@@ -240,9 +240,9 @@ cdef tuple settle_rooted(object comm, int which, object sendbuf, object recvbuf,
         local = 1 + block
     # (where MPI may run the call on the scratch copy: `pass_move` hands it
     # the parsed messages, never the user's buffers, where these hold)
-    scratched = block >= 0 and straight and sendbuf is not _IN_PLACE and \
-        recvbuf is not _IN_PLACE and (whole is None or take_fits(whole)) and \
-        (mine is None or take_fits(mine))
+    scratched = refused is not None and block >= 0 and straight and \
+        sendbuf is not _IN_PLACE and recvbuf is not _IN_PLACE and \
+        (whole is None or take_fits(whole)) and (mine is None or take_fits(mine))
     if block >= 0 and not alone(which, local, size):
         # Gather: ranks send to the root; Scatter: the root sends to them
         if rank == root:   # (its own block is not exchanged)

@@ -110,15 +110,6 @@ cdef inline object take_refusal():
     return _refusals.pop(PyThread_get_thread_ident(), None)
 
 
-cdef inline int raise_refusal() except -1:
-    """Raise the current call's refusal (for the calls whose header step
-    makes every rank raise it: run.pxi's `settle`)."""
-    err = take_refusal()
-    if err is not None:
-        raise err
-    return 0
-
-
 cdef inline int enter(object comm) except -1:
     """At the start of every intercepted blocking call: `enter_posting`,
     and the calls posted on `comm`'s pool end first (shim/nonblocking.pxi)."""
