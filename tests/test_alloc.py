@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import EXAMPLES, ROOT, launch_mpi, mpi_env, mpiexec, run_mpi
+from harness import EXAMPLES, ROOT, launch_mpi, mpi_env, mpiexec, run_launcher, run_mpi
 
 SCRIPT = "tests/scripts/alloc_hook.py"
 ENV = {"CXLMPI_ZEROCOPY_THRESHOLD": "64K", "CXLMPI_ARENA_SIZE": "64M",
@@ -106,10 +106,10 @@ def _small_shm_job(env: dict[str, str], args: list[str] | None = None,
         pytest.skip("private mount namespaces are not permitted here")
     cmd = " ".join(shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, *runner,
                                             *(args or ["tests/scripts/small_shm.py"])])
-    return subprocess.run(
+    return run_launcher(
         ["unshare", "-m", "sh", "-c",
          f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {before or 'true'} && {cmd}"],
-        cwd=ROOT, env=mpi_env(env), capture_output=True, text=True, timeout=240)
+        cwd=ROOT, env=mpi_env(env), timeout=240)
 
 
 @pytest.mark.parametrize("pool_size", ["64M", "4M"])
@@ -243,18 +243,17 @@ def test_a_limited_address_space_falls_back(pool_size: str) -> None:
     Before, mmap's ENOMEM aborted the job."""
     script = ["tests/scripts/address_space.py"]
     limit = "ulimit -v 2000000; "
-    stock = subprocess.run(["bash", "-c", limit + " ".join(
+    stock = run_launcher(["bash", "-c", limit + " ".join(
         shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, *script])],
-        cwd=ROOT, env=mpi_env({"ASPACE_STOCK": "1"}), capture_output=True, text=True,
-        timeout=240)
+        cwd=ROOT, env=mpi_env({"ASPACE_STOCK": "1"}), timeout=240)
     assert stock.returncode == 0, stock.stderr[-4000:]
     assert "ASPACE " in stock.stdout and '"ok": false' not in stock.stdout, stock.stdout
-    out = subprocess.run(["bash", "-c", limit + " ".join(
+    out = run_launcher(["bash", "-c", limit + " ".join(
         shlex.quote(x) for x in [*mpiexec(), "-n", "2", sys.executable, "-m", "cxlmpi",
                                  *script])],
         cwd=ROOT, env=mpi_env({"CXLMPI_POOL_SIZE": pool_size, "CXLMPI_TUNING": "pool",
                                "CXLMPI_TIMEOUT": "60"}),
-        capture_output=True, text=True, timeout=240)
+        timeout=240)
     assert out.returncode == 0, out.stderr[-4000:]
     [line] = [x for x in out.stdout.splitlines() if x.startswith("ASPACE ")]
     found = json.loads(line[len("ASPACE "):])
@@ -298,17 +297,16 @@ def test_huge_pages_as_reported(huge: str | None, flag: str | None) -> None:
     env = mpi_env({"CXLMPI_ARENA_SIZE": "128M"})
     env.pop("CXLMPI_ALLOC", None)
     if huge is None:
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=120)
+        out = run_launcher(cmd, cwd=ROOT, env=env, timeout=120)
     else:
         if shutil.which("unshare") is None:
             pytest.skip("no unshare")
         mount = f"mount -t tmpfs -o size=1g,huge={huge} tmpfs /dev/shm"
         if subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True).returncode:
             pytest.skip("no private mount namespace, or no huge= for tmpfs here")
-        out = subprocess.run(["unshare", "-m", "sh", "-c",
-                              f"{mount} && {' '.join(shlex.quote(x) for x in cmd)}"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        out = run_launcher(["unshare", "-m", "sh", "-c",
+                            f"{mount} && {' '.join(shlex.quote(x) for x in cmd)}"],
+                           cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-4000:]
     [rows] = [json.loads(x[len("HUGE "):]) for x in out.stdout.splitlines()
               if x.startswith("HUGE ")]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import mpi4py
 import pytest
-from harness import ROOT, mpi_env, mpiexec, run_mpi
+from harness import ROOT, mpi_env, mpiexec, run_launcher, run_mpi
 from mpi4py import MPI
 
 import cxlmpi
@@ -150,9 +150,9 @@ def _in_small_shm(tmp_path: Path, options: list[str]) -> subprocess.CompletedPro
                     str(program)])
     env = {var: value for var, value in mpi_env().items() if not var.startswith("CXLMPI_")}
     env["CXLMPI_TUNING"] = "pool"
-    return subprocess.run(["unshare", "-m", "sh", "-c",
-                           f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {job}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return run_launcher(["unshare", "-m", "sh", "-c",
+                         f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {job}"],
+                        cwd=ROOT, env=env, timeout=120)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -297,9 +297,8 @@ def _timed(tool: str, args: list[str], tmp_path: Path) -> tuple[str, float]:
 
     env = {"CXLMPI_CACHE": str(tmp_path / "cache.json")}
     start = time.perf_counter()
-    proc = subprocess.run([*mpiexec(), "-n", "2", sys.executable, "-m", tool, *args],
-                          cwd=ROOT, env=mpi_env(env), capture_output=True, text=True,
-                          timeout=240)
+    proc = run_launcher([*mpiexec(), "-n", "2", sys.executable, "-m", tool, *args],
+                        cwd=ROOT, env=mpi_env(env), timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stderr, time.perf_counter() - start
 
