@@ -34,7 +34,8 @@ as the pool's algorithms are (pyx/pool/)::
     shim/bcast.pxi      Barrier and Bcast
     shim/reduce.pxi     Reduce, Allreduce, Scan and Exscan
     shim/gather.pxi     Allgather(v) and Gather(v)
-    shim/exchange.pxi   Scatter(v), Alltoall(v) and Reduce_scatter(_block)
+    shim/exchange.pxi   Scatter(v) and Alltoall(v)
+    shim/reduce_scatter.pxi  Reduce_scatter(_block)
     shim/nonblocking.pxi  the nonblocking (Iallreduce, ...) and persistent
                         (Allreduce_init, ...) forms: planned alike on every
                         rank, posted to the pool's worker thread
@@ -127,6 +128,7 @@ include "shim/bcast.pxi"
 include "shim/reduce.pxi"
 include "shim/gather.pxi"
 include "shim/exchange.pxi"
+include "shim/reduce_scatter.pxi"
 
 
 class CommBase(_Intracomm):
@@ -155,7 +157,7 @@ class CommBase(_Intracomm):
     Scatterv = Scatterv
     Alltoall = Alltoall
     Alltoallv = Alltoallv
-    Reduce_scatter_block = Reduce_scatter_block
+    Reduce_scatter_block = Reduce_scatter_block   # shim/reduce_scatter.pxi
     Reduce_scatter = Reduce_scatter
     Ibarrier = Ibarrier                           # their families' files too
     Ibcast = Ibcast

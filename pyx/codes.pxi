@@ -6,7 +6,7 @@
 # (part of cxlmpi._pool and cxlmpi._shim: included by pyx/_pool.pyx and
 # pyx/_shim.pyx)
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 cdef extern from "cxl_codes.h" nogil:
     enum:
@@ -39,6 +39,7 @@ cdef extern from "cxl_codes.h" nogil:
         CXL_PATH_POOL
         CXL_PATH_MAX
         CXL_NCLASSES
+    const uint64_t CXL_MAX_VARIES
     const char *cxl_collective_names[]
     const char *cxl_variant_names[]
     int cxl_size_class(int64_t nbytes)
@@ -57,6 +58,10 @@ SLOW = CXL_PATH_SLOW
 MPI_PATH = CXL_PATH_MPI
 POOL_PATH = CXL_PATH_POOL
 MAX_PATH = CXL_PATH_MAX
+#: The largest block of a posted v-collective whose ranks cannot know it
+#: (Igatherv, Iscatterv, Ialltoallv: only some hold every count): its
+#: worker learns it in a header step of its own (pool/worker.pxi).
+MAX_VARIES = CXL_MAX_VARIES
 #: Size classes of adaptive selection's route table.
 NCLASSES = CXL_NCLASSES
 

@@ -67,6 +67,10 @@ enum {
  * 64-bit size. */
 #define CXL_NCLASSES 64
 
+/* The largest block of a posted v-collective, where its ranks cannot know
+ * it (only some hold every count): the worker learns it first. */
+#define CXL_MAX_VARIES UINT64_MAX
+
 static inline int cxl_size_class(int64_t nbytes) {
     return nbytes <= 1 ? 0 : 63 - __builtin_clzll((unsigned long long)nbytes);
 }

@@ -54,6 +54,18 @@ def test_rooted_and_counted_forms_are_posted(nranks: int) -> None:
     assert {"gather", "scatter", "allgatherv", "reduce_scatter"} <= set(out["by"]), out
 
 
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_vector_forms_are_posted_whatever_their_size(nranks: int) -> None:
+    """Igatherv, Iscatterv, Ialltoallv and their persistent forms give
+    stock's values (every root, in place and None at the root, counts of
+    zero, one and thousands of elements), and the pool took each of them
+    (before, MPI took them all: only some ranks hold the counts, so no size
+    decides their path; the worker now learns the largest block first)."""
+    out = result(POOL, nranks, "vectors")
+    assert out["ok"], out["problems"]
+    assert {"gatherv", "scatterv", "alltoallv"} <= set(out["by"]), out
+
+
 def test_adaptive_selection_posts_too() -> None:
     """Under the default adaptive selection the posted calls follow the
     classes' settled paths (an unsettled class: the pool) and still agree
@@ -77,10 +89,12 @@ def test_without_a_worker_every_call_goes_to_mpi(env: dict[str, str]) -> None:
     assert out["posted"] == 0 and out["passed"] > 0, out
 
 
-@pytest.mark.parametrize("nranks, how", [(2, "wait"), (3, "wait"), (2, "waitall")])
+@pytest.mark.parametrize("nranks, how", [(2, "wait"), (3, "wait"), (2, "waitall"),
+                                          (3, "counts")])
 def test_mismatched_posted_calls_raise_on_every_rank(nranks: int, how: str) -> None:
-    """Rank 0 posts an Iallreduce, the others an Ibcast of the same bytes:
-    every rank's Wait (or MPI's Waitall) raises; none hangs."""
+    """Rank 0 posts an Iallreduce, the others an Ibcast of the same bytes
+    (or: an Igatherv whose root names one element more than the last rank
+    sends): every rank's Wait (or MPI's Waitall) raises; none hangs."""
     out = result(POOL, nranks, "mismatch", how)
     assert out["ok"], out["problems"]
 

@@ -13,7 +13,16 @@ from typing import Any
 from mpi4py import MPI
 
 from .. import _shim, config, select
-from .._pool import NO_SPACE, OP_CODES, TYPE_CODES, Pool, PoolFailure, on_short, warn_no_space
+from .._pool import (
+    MAX_VARIES,
+    NO_SPACE,
+    OP_CODES,
+    TYPE_CODES,
+    Pool,
+    PoolFailure,
+    on_short,
+    warn_no_space,
+)
 from ..errors import (
     CXLMPIError,
     CXLMPIMessageError,
@@ -339,12 +348,17 @@ def _new_state(plain: MPI.Intracomm, cfg: config.Config) -> _State:
     return state
 
 
+_VARIES = MAX_VARIES & ((1 << 56) - 1)   # (as Pool.signatures reads it)
+
+
 def _describe(call: tuple, variants: bool) -> str:
     """A signature of Pool.signatures in words (`variants`: with its pool
     variant, where the ranks' differ)."""
     what, root, op, tcode, nbytes, variant = call
     words = [what]
-    if what not in ("Barrier",) and not what.endswith(" header"):
+    if nbytes == _VARIES:   # (a posted v-collective: its ranks' blocks differ)
+        words.append("of blocks of each rank's own size")
+    elif what not in ("Barrier",) and not what.endswith(" header"):
         words.append(f"of {nbytes} bytes")
     if root >= 0:
         words.append(f"root {root}")

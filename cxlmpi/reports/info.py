@@ -32,7 +32,7 @@ POOL_TABLE = (
     ("Barrier", "with CXLMPI_ORDERING=0, once the communicator has a pool"),
     ("nonblocking (Iallreduce, ...) and persistent (Allreduce_init, ...)",
      "as the blocking form, >= CXLMPI_NONBLOCKING_THRESHOLD, under MPI_THREAD_MULTIPLE "
-     "(Ialltoall: with CXLMPI_TUNING=pool only)"),
+     "(Ialltoall, Igather(v), Iscatter(v), Ialltoallv: with CXLMPI_TUNING=pool only)"),
 )
 
 

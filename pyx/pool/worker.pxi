@@ -62,7 +62,7 @@ cdef struct cxl_op:
     uint64_t sig_nbytes, pairs
     char *a                       # the send buffer (Bcast: the buffer)
     char *b                       # the receive buffer
-    size_t count, itemsize, n, max_nbytes
+    size_t count, itemsize, n, max_nbytes   # count (gathers, exchanges): see largest_block
     cxl_reduce_fn fn
     int option                    # Scan: exclusive; Reduce_scatter: in place
     char **addrs                  # Gather: receive blocks; exchanges: send blocks
@@ -90,6 +90,23 @@ cdef struct cxl_worker:
     int broken_rank
 
 
+cdef int largest_block(state_t *st, cxl_op *o) noexcept nogil:
+    """A posted v-collective whose ranks do not know the largest block
+    (`max_nbytes` MAX_VARIES; `count`: this rank's largest): a header step
+    first, whose maximum every rank then runs the call with.  Its first
+    step checks the call's signature, block checksum included, before any
+    data moves.  Other calls: nothing."""
+    if o.max_nbytes != CXL_MAX_VARIES:
+        return OK
+    cdef uint64_t extra[2]
+    cdef uint64_t agreed = 0
+    extra[0] = extra[1] = 0
+    cdef int rc = agree_max(st, 1 + o.count, 0, extra, &agreed, extra)
+    if rc == OK:
+        o.max_nbytes = agreed - 1
+    return rc
+
+
 cdef int run_op(state_t *st, cxl_op *o) noexcept nogil:
     """Run posted call `o` in the pool, as the blocking entry of its family
     would (Pool._expect, run_<family>, Pool._done)."""
@@ -107,10 +124,14 @@ cdef int run_op(state_t *st, cxl_op *o) noexcept nogil:
     elif o.family == F_SCAN:
         rc = run_scan(st, o.a, o.b, o.count, o.itemsize, o.fn, o.option, o.flags)
     elif o.family == F_GATHER:
-        rc = run_gather(st, o.a, o.n, o.addrs, o.sizes, o.root, o.max_nbytes, o.flags)
+        rc = largest_block(st, o)
+        if rc == OK:
+            rc = run_gather(st, o.a, o.n, o.addrs, o.sizes, o.root, o.max_nbytes, o.flags)
     elif o.family == F_EXCHANGE:
-        rc = run_exchange(st, <const char **>o.addrs, o.sizes, o.addrs2, o.sizes2,
-                          o.max_nbytes, o.flags)
+        rc = largest_block(st, o)
+        if rc == OK:
+            rc = run_exchange(st, <const char **>o.addrs, o.sizes, o.addrs2, o.sizes2,
+                              o.max_nbytes, o.flags)
     elif o.family == F_REDUCE_SCATTER:
         rc = run_reduce_scatter(st, <const char **>o.addrs, o.sizes, o.b, o.itemsize, o.fn,
                                 o.option, o.flags)
@@ -422,26 +443,28 @@ cdef class Pool(_Collectives):
         return o
 
     def post_gather(self, uintptr_t sendaddr, size_t send_nbytes, recv_addrs, recv_nbytes,
-                    int root, size_t max_nbytes, str what, uint64_t pairs=0, int flags=0):
-        """Pool.gather, posted."""
+                    int root, size_t max_nbytes, str what, uint64_t pairs=0,
+                    size_t largest=0, int flags=0):
+        """Pool.gather, posted; `max_nbytes` MAX_VARIES: unknown to the
+        ranks, this rank's largest block `largest` (see largest_block)."""
         cdef Op o = self._op(F_GATHER, what, root, -1, -1, max_nbytes, pairs, flags)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         o.keep = recv
         o.c.a, o.c.n, o.c.max_nbytes = <char *>sendaddr, send_nbytes, max_nbytes
-        o.c.addrs, o.c.sizes = recv.addr, recv.nbytes
+        o.c.addrs, o.c.sizes, o.c.count = recv.addr, recv.nbytes, largest
         return o
 
     def post_exchange(self, send_addrs, send_nbytes, recv_addrs, recv_nbytes,
                       size_t max_nbytes, str what, int root=-1, uint64_t pairs=0,
-                      int flags=0):
-        """Pool.exchange, posted."""
+                      size_t largest=0, int flags=0):
+        """Pool.exchange, posted (`max_nbytes`, `largest`: as post_gather)."""
         cdef Op o = self._op(F_EXCHANGE, what, root, -1, -1, max_nbytes, pairs, flags)
         cdef _Arrays send = _Arrays(send_addrs, send_nbytes)
         cdef _Arrays recv = _Arrays(recv_addrs, recv_nbytes)
         o.keep = (send, recv)
         o.c.addrs, o.c.sizes, o.c.addrs2, o.c.sizes2 = send.addr, send.nbytes, recv.addr, \
             recv.nbytes
-        o.c.max_nbytes = max_nbytes
+        o.c.max_nbytes, o.c.count = max_nbytes, largest
         return o
 
     def post_reduce_scatter(self, send_addrs, counts, uintptr_t recvaddr, size_t itemsize,

@@ -1,6 +1,6 @@
-# The personalized exchanges, Scatter(v), Alltoall(v) and
-# Reduce_scatter(_block), as CXLComm intercepts them: Pool.exchange and
-# Pool.reduce_scatter (pyx/pool/exchange.pxi) run them.  Scatter(v) and
+# The personalized exchanges, Scatter(v) and Alltoall(v), as CXLComm
+# intercepts them: Pool.exchange (pyx/pool/exchange.pxi) runs them
+# (Reduce_scatter: shim/reduce_scatter.pxi).  Scatter(v) and
 # Alltoallv settle their path in a header step (`settle_rooted`,
 # `settle_rooted_v`, `settle`).  Module-level functions, bound as methods of CommBase in
 # pyx/_shim.pyx; their nonblocking and persistent forms end the file.
@@ -204,199 +204,10 @@ def Alltoallv(self, sendbuf, recvbuf):
         took(state, ALLTOALLV, (agreed - 1) * size, code, zc, t)
 
 
-def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
-    """Reduce-Scatter Block (every rank gets one equal block)."""
-    enter(self)
-    cdef double t0 = start(), t
-    if disabled or skip(self, REDUCE_SCATTER_BLOCK,
-                        recvbuf if sendbuf is _IN_PLACE else sendbuf):
-        to_mpi(self)
-        pass_reduce_scatter_block(self, sendbuf, recvbuf, op)
-        passed(REDUCE_SCATTER_BLOCK, t0)
-        return
-    cdef Message send = None, recv = None, pr = None
-    cdef int size = comm_size(self), code = 0, zc = 0
-    opc = op_code(op)
-    if opc is not None:
-        if sendbuf is _IN_PLACE:
-            recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
-        else:
-            pr = recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-            send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
-            if send is None or send.count != recv.count or \
-                    send.handle != recv.handle or aliased(send, recv):
-                recv = None
-        if recv is None or \
-                not within(REDUCE_SCATTER_BLOCK, recv.nbytes * size) or \
-                recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
-            recv = None
-    state = state_of(self, REDUCE_SCATTER_BLOCK) if recv is not None else None
-    if state is not None:
-        code = take(self, state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, -1,
-                    send.address if send is not None else 0, recv.nbytes * size,
-                    recv.address, recv.nbytes)
-    if code <= 0:
-        if code == 0:
-            to_mpi(self)
-        t = clock()
-        pass_reduce_scatter_block(self, sendbuf, recvbuf, op, send, pr, pr is not None)
-        passed(REDUCE_SCATTER_BLOCK, t0)
-    else:
-        t = now()
-        if not time_all:
-            t0 = t
-        block = recv.nbytes
-        base = recv.address if send is None else send.address
-        fill(recv if send is None else send)
-        zc = run(self, REDUCE_SCATTER_BLOCK, code,
-                 _stock_reduce_scatter_block, (self, sendbuf, recvbuf, op,),
-                 state.pool.reduce_scatter,
-                 ([base + d * block for d in range(size)], [recv.count] * size,
-                  recv.address, recv.itemsize, opc, recv.tcode, send is None,
-                  "Reduce_scatter_block"))
-        if zc >= 0:
-            drain(recv)
-            pooled(REDUCE_SCATTER_BLOCK, block * size, t0)
-    if state is not None:
-        took(state, REDUCE_SCATTER_BLOCK, recv.nbytes * size, code, zc, t)
-
-
-cdef tuple rs_messages(object sendbuf, object recvbuf, object recvcounts, object op,
-                       int size, int rank):
-    """(the pool could take it, op code, send, recv, counts, total) of a
-    Reduce_scatter (send None: in place; counts None: no counts, which
-    stock mpi4py gathers first, or an op the pool cannot apply; send and
-    recv None: messages that disagree with the counts)."""
-    cdef Message send = None, recv = None
-    cdef Vector counts = None
-    cdef Py_ssize_t total = 0, i
-    opc = None if disabled or recvcounts is None else op_code(op)
-    if opc is not None:
-        counts = read_counts(recvcounts, size)
-    if counts is not None:
-        for i in range(size):
-            if total > PY_SSIZE_T_MAX - counts.counts[i]:
-                counts = None
-                break
-            total += counts.counts[i]
-    if counts is None:
-        return False, None, None, None, None, 0
-    recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-    if recv is not None and sendbuf is _IN_PLACE:
-        if recv.count != total:
-            recv = None
-    elif recv is not None:
-        send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
-        if send is None or send.count != total or recv.count != counts.counts[rank] \
-                or send.handle != recv.handle or aliased(send, recv):
-            recv = send = None
-    cdef bint fits = recv is not None and within(REDUCE_SCATTER, total * recv.itemsize) \
-        and recv.tcode >= 0 and reducer_defined(opc, recv.tcode)
-    return fits, opc, send, recv, counts, total
-
-
-cdef list rs_pieces(Message send, Message recv, Vector counts):
-    """Where each rank's piece of a Reduce_scatter starts (send None: in
-    the receive buffer)."""
-    cdef Py_ssize_t acc = 0, i
-    cdef uintptr_t base = recv.address if send is None else send.address
-    addrs = []
-    for i in range(counts.blocks):
-        addrs.append(base + acc * recv.itemsize)
-        acc += counts.counts[i]
-    return addrs
-
-
-def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
-    """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
-    Without recvcounts, stock mpi4py first gathers them through MPI; such
-    calls pass through."""
-    enter(self)
-    cdef double t0 = start(), t
-    cdef Message send, recv
-    cdef Vector counts
-    cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
-    cdef Py_ssize_t total
-    fits, opc, send, recv, counts, total = rs_messages(sendbuf, recvbuf, recvcounts, op,
-                                                       size, rank)
-    state = state_of(self, REDUCE_SCATTER) if fits else None
-    if state is not None:
-        code = take(self, state, REDUCE_SCATTER, total * recv.itemsize, -1,
-                    send.address if send is not None else 0, total * recv.itemsize,
-                    recv.address, recv.nbytes)
-    if code <= 0:
-        if code == 0:
-            to_mpi(self)
-        t = clock()
-        pass_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, send, recv, counts)
-        passed(REDUCE_SCATTER, t0)
-    else:
-        t = now()
-        if not time_all:
-            t0 = t
-        item = recv.itemsize
-        fill(recv if send is None else send)
-        zc = run(self, REDUCE_SCATTER, code,
-                 _stock_reduce_scatter, (self, sendbuf, recvbuf, recvcounts, op,),
-                 state.pool.reduce_scatter, (rs_pieces(send, recv, counts),
-                                             counts.count_list(), recv.address, item,
-                                             opc, recv.tcode, send is None,
-                                             "Reduce_scatter"))
-        if zc >= 0:
-            drain(recv)
-            pooled(REDUCE_SCATTER, total * item, t0)
-    if state is not None:
-        took(state, REDUCE_SCATTER, total * recv.itemsize, code, zc, t)
-
-
 # ------------------------------------------------ nonblocking and persistent
 # The I-forms post the call the plan names (shim/nonblocking.pxi) or pass it
 # to stock MPI, counted; the persistent forms plan once, at *_init, and
 # every Start posts the same plan.
-
-
-cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvbuf,
-                                       object op):
-    if not nb_on or disabled:
-        return None
-    cdef int size = comm_size(comm), d
-    opc = op_code(op)
-    if opc is None:
-        return None
-    cdef Message send = None, recv
-    if sendbuf is _IN_PLACE:
-        recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
-    else:
-        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
-        if send is None or send.count != recv.count or send.handle != recv.handle \
-                or aliased(send, recv):
-            return None
-    if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
-        return None
-    base = recv.address if send is None else send.address
-    return planned(comm, REDUCE_SCATTER_BLOCK, recv.nbytes * size, "post_reduce_scatter",
-                   ([base + d * recv.nbytes for d in range(size)], [recv.count] * size,
-                    recv.address, recv.itemsize, opc, recv.tcode, send is None,
-                    "Ireduce_scatter_block"), (recv if send is None else send,), (recv,))
-
-
-cdef Plan nb_plan_reduce_scatter(object comm, object sendbuf, object recvbuf,
-                                 object recvcounts, object op):
-    """Ireduce_scatter: decided from the counts, which every rank holds."""
-    if not nb_on:
-        return None
-    cdef int size = comm_size(comm), rank = comm_rank(comm)
-    cdef Message send, recv
-    cdef Vector counts
-    fits, opc, send, recv, counts, total = rs_messages(sendbuf, recvbuf, recvcounts, op,
-                                                       size, rank)
-    if not fits:
-        return None
-    return planned(comm, REDUCE_SCATTER, total * recv.itemsize, "post_reduce_scatter",
-                   (rs_pieces(send, recv, counts), counts.count_list(), recv.address,
-                    recv.itemsize, opc, recv.tcode, send is None, "Ireduce_scatter"),
-                   (recv if send is None else send,), (recv,))
 
 
 cdef Plan nb_plan_scatter(object comm, object sendbuf, object recvbuf, int root):
@@ -458,32 +269,88 @@ def Iscatter(self, sendbuf, recvbuf, int root=0):
                       _I.Iscatter, (sendbuf, recvbuf, root), False)
 
 
+cdef Plan nb_plan_scatterv(object comm, object sendbuf, object recvbuf, int root):
+    """Iscatterv: as Igatherv (shim/gather.pxi), the other way: under
+    CXLMPI_TUNING=pool, posted to the pool whatever its size, the largest
+    block learnt by the worker, counts checked against what every rank
+    receives before any data moves."""
+    cdef int size = comm_size(comm), rank = comm_rank(comm), i
+    if not nb_on or not nb_every or disabled or not 0 <= root < size:
+        return None
+    cdef Message recv = None
+    cdef Vector vec
+    cdef Py_ssize_t item
+    cdef uint64_t pairs = 0
+    zeros = [0] * size
+    recv_addrs, recv_sizes = list(zeros), list(zeros)
+    if rank != root:
+        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+        if recv is None:
+            return None
+        recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
+        return planned(comm, SCATTERV, recv.nbytes, "post_exchange",
+                       (zeros, zeros, recv_addrs, recv_sizes, MAX_VARIES, "Iscatterv", root,
+                        -<uint64_t>pair_hash(root, rank, recv.nbytes), recv.nbytes),
+                       (), (recv,), True)
+    vec = vector(sendbuf, False, size, True)
+    if vec is None:
+        return None
+    item = vec.m.itemsize
+    send_addrs = [vec.m.address + vec.displs[i] * item for i in range(size)]
+    send_sizes = [vec.counts[i] * item for i in range(size)]
+    for i in range(size):
+        if i != root:
+            pairs += <uint64_t>pair_hash(root, i, send_sizes[i])
+    if recvbuf is not None and recvbuf is not _IN_PLACE:
+        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+        if recv is None or aliased(recv, vec.m):
+            return None
+        if recv.nbytes == 0:
+            recv = None   # (MPI copies nothing out of its own block)
+    if recv is None:
+        recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
+    else:
+        pairs += <uint64_t>pair_hash(root, root, send_sizes[root]) - \
+            <uint64_t>pair_hash(root, root, recv.nbytes)
+        recv_addrs[root] = recv.address
+        recv_sizes[root] = send_sizes[root] = min(recv.nbytes, send_sizes[root])
+    return planned(comm, SCATTERV, vec.m.nbytes, "post_exchange",
+                   (send_addrs, send_sizes, recv_addrs, recv_sizes, MAX_VARIES, "Iscatterv",
+                    root, pairs, vec.largest * item),
+                   (vec.m,), (recv,) if recv is not None else (), True)
+
+
+cdef Plan nb_plan_alltoallv(object comm, object sendbuf, object recvbuf):
+    """Ialltoallv: each rank knows only its own counts; as Igatherv."""
+    cdef int size = comm_size(comm), rank = comm_rank(comm), i
+    if not nb_on or not nb_every or disabled or sendbuf is _IN_PLACE:
+        return None
+    cdef Vector rvec = vector(recvbuf, True, size, True), svec = vector(sendbuf, False, size, True)
+    if rvec is None or svec is None or aliased(svec.m, rvec.m):
+        return None
+    cdef Py_ssize_t si = svec.m.itemsize, ri = rvec.m.itemsize
+    return planned(comm, ALLTOALLV, svec.m.nbytes, "post_exchange",
+                   ([svec.m.address + svec.displs[i] * si for i in range(size)],
+                    [svec.counts[i] * si for i in range(size)],
+                    [rvec.m.address + rvec.displs[i] * ri for i in range(size)],
+                    [rvec.counts[i] * ri for i in range(size)], MAX_VARIES, "Ialltoallv", -1,
+                    pairs_sent(rank, svec, si) + pairs_received(rank, rvec, ri),
+                    max(svec.largest * si, rvec.largest * ri)),
+                   (svec.m,), (rvec.m,), True)
+
+
 def Iscatterv(self, sendbuf, recvbuf, int root=0):
-    """Nonblocking Scatter Vector (MPI's: only the root knows every count,
-    and a posted call has no header step to tell the others)."""
-    return nb_passed(SCATTERV, _I.Iscatterv(self, sendbuf, recvbuf, root))
+    """Nonblocking Scatter Vector."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_scatterv(self, sendbuf, recvbuf, root), SCATTERV,
+                      _I.Iscatterv, (sendbuf, recvbuf, root), False)
 
 
 def Ialltoallv(self, sendbuf, recvbuf):
-    """Nonblocking All to All Vector (MPI's: each rank knows its own
-    counts only)."""
-    return nb_passed(ALLTOALLV, _I.Ialltoallv(self, sendbuf, recvbuf))
-
-
-def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
-    """Nonblocking Reduce-Scatter Block."""
+    """Nonblocking All to All Vector."""
     enter_posting(self)
-    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
-    return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
-                      _I.Ireduce_scatter_block, (sendbuf, recvbuf, op), False)
-
-
-def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
-    """Nonblocking Reduce-Scatter."""
-    enter_posting(self)
-    return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
-                      REDUCE_SCATTER, _I.Ireduce_scatter, (sendbuf, recvbuf, recvcounts, op),
-                      False)
+    return nb_request(self, nb_plan_alltoallv(self, sendbuf, recvbuf), ALLTOALLV,
+                      _I.Ialltoallv, (sendbuf, recvbuf), False)
 
 
 def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -491,14 +358,6 @@ def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     enter_posting(self)
     plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
     return nb_request(self, plan, ALLTOALL, _I.Alltoall_init, (sendbuf, recvbuf, info), True)
-
-
-def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
-    """Persistent Reduce-Scatter Block."""
-    enter_posting(self)
-    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
-    return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
-                      _I.Reduce_scatter_block_init, (sendbuf, recvbuf, op, info), True)
 
 
 def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
@@ -509,19 +368,14 @@ def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 
 
 def Scatterv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
-    """Persistent Scatterv (MPI's, as Iscatterv)."""
-    return nb_passed(SCATTERV, _I.Scatterv_init(self, sendbuf, recvbuf, root, info))
+    """Persistent Scatterv."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_scatterv(self, sendbuf, recvbuf, root), SCATTERV,
+                      _I.Scatterv_init, (sendbuf, recvbuf, root, info), True)
 
 
 def Alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-    """Persistent Alltoallv (MPI's, as Ialltoallv)."""
-    return nb_passed(ALLTOALLV, _I.Alltoallv_init(self, sendbuf, recvbuf, info))
-
-
-def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM,
-                        info=MPI.INFO_NULL):
-    """Persistent Reduce-Scatter."""
+    """Persistent Alltoallv."""
     enter_posting(self)
-    return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
-                      REDUCE_SCATTER, _I.Reduce_scatter_init,
-                      (sendbuf, recvbuf, recvcounts, op, info), True)
+    return nb_request(self, nb_plan_alltoallv(self, sendbuf, recvbuf), ALLTOALLV,
+                      _I.Alltoallv_init, (sendbuf, recvbuf, info), True)

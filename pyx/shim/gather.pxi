@@ -328,10 +328,60 @@ def Igather(self, sendbuf, recvbuf, int root=0):
                       _I.Igather, (sendbuf, recvbuf, root), False)
 
 
+cdef Plan nb_plan_gatherv(object comm, object sendbuf, object recvbuf, int root):
+    """Igatherv: only the root knows every count, so no size decides its
+    path (a posted call has no header step before it returns): under
+    CXLMPI_TUNING=pool every rank posts it to the pool, whatever its size,
+    and the worker learns the largest block first (MAX_VARIES).  Counts
+    that differ from what a rank sends -- the root's own block included,
+    of which it copies no more than both name -- fail every rank (the
+    block checksum) before any data moves."""
+    cdef int size = comm_size(comm), rank = comm_rank(comm), i
+    if not nb_on or not nb_every or disabled or not 0 <= root < size:
+        return None
+    cdef Message send = None
+    cdef Vector vec
+    cdef Py_ssize_t item, own
+    cdef uint64_t pairs = 0
+    if rank != root:
+        send = message(sendbuf, False, 0, 0, STAGE_ANY)
+        if send is None:
+            return None
+        return planned(comm, GATHERV, send.nbytes, "post_gather",
+                       (send.address, send.nbytes, [0] * size, [0] * size, root, MAX_VARIES,
+                        "Igatherv", <uint64_t>pair_hash(rank, root, send.nbytes),
+                        send.nbytes), (send,), (), True)
+    vec = vector(recvbuf, True, size, True)
+    if vec is None:
+        return None
+    item = vec.m.itemsize
+    addrs = [vec.m.address + vec.displs[i] * item for i in range(size)]
+    sizes = [vec.counts[i] * item for i in range(size)]
+    for i in range(size):
+        if i != root:
+            pairs -= <uint64_t>pair_hash(i, root, sizes[i])
+    if sendbuf is not None and sendbuf is not _IN_PLACE:
+        send = message(sendbuf, False, 0, 0, STAGE_ANY)
+        if send is None or aliased(send, vec.m):
+            return None
+        own = send.nbytes
+        if own == 0:
+            send = None   # (MPI copies nothing into its own block)
+        else:
+            pairs += <uint64_t>pair_hash(root, root, own) - \
+                <uint64_t>pair_hash(root, root, sizes[root])
+            sizes[root] = min(own, sizes[root])
+    return planned(comm, GATHERV, vec.m.nbytes, "post_gather",
+                   (addrs[root] if send is None else send.address, sizes[root], addrs, sizes,
+                    root, MAX_VARIES, "Igatherv", pairs, vec.largest * item),
+                   (vec.m if send is None else send,), (vec.m,), True)
+
+
 def Igatherv(self, sendbuf, recvbuf, int root=0):
-    """Nonblocking Gather Vector (MPI's: only the root knows every count,
-    and a posted call has no header step to tell the others)."""
-    return nb_passed(GATHERV, _I.Igatherv(self, sendbuf, recvbuf, root))
+    """Nonblocking Gather Vector."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_gatherv(self, sendbuf, recvbuf, root), GATHERV,
+                      _I.Igatherv, (sendbuf, recvbuf, root), False)
 
 
 def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -356,5 +406,7 @@ def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 
 
 def Gatherv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
-    """Persistent Gatherv (MPI's, as Igatherv)."""
-    return nb_passed(GATHERV, _I.Gatherv_init(self, sendbuf, recvbuf, root, info))
+    """Persistent Gatherv."""
+    enter_posting(self)
+    return nb_request(self, nb_plan_gatherv(self, sendbuf, recvbuf, root), GATHERV,
+                      _I.Gatherv_init, (sendbuf, recvbuf, root, info), True)

@@ -528,14 +528,14 @@ cdef Message message(object msg, bint writable, int blocks=0, Py_ssize_t least=0
 cdef Vector vector(object msg, bint writable, int blocks, bint staged=False):
     """A `Vector` of a vector message (the forms above), or None when
     neither the pool nor a straight call can take it (mpi4py's method then
-    reports what it finds wrong); `staged` (a receive vector only): one of
-    a derived datatype or in a device array, staged.  A block that runs
+    reports what it finds wrong); `staged`: one of a derived datatype or
+    in a device array, staged.  A block that runs
     outside the buffer, or two blocks of a receive buffer (`writable`) that
     overlap, are noted as refused (see above): MPI would write out of
     bounds there."""
     cdef Vector v = _read_vector(msg, writable, blocks)
     if v is None and staged:
-        v = staged_vector(msg, blocks)
+        v = staged_vector(msg, blocks, writable)
     return v
 
 
@@ -548,7 +548,11 @@ cdef Message _empty(object msg):
     if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
             not _is_integral(parts[1]) or parts[1].__index__() != 0:
         return None
-    dtype = lookup_type(parts[3])
+    return no_elements(lookup_type(parts[3]))
+
+
+cdef Message no_elements(object dtype):
+    """A Message of no elements of `dtype` (None: None)."""
     if dtype is None:
         return None
     info = type_info(dtype) if dtype.is_predefined else None

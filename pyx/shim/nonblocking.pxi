@@ -94,12 +94,15 @@ cdef class Plan:
 
 
 cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple args,
-                  tuple fills, tuple drains):
+                  tuple fills, tuple drains, bint any_size=False):
     """The Plan of a call of `nbytes` that the pool could take, or None
     (MPI): the communicator's pool (set up on its first call: collective,
     as for the blocking calls) on one host and ready, and its routes'
-    settled path for the class (an unsettled one: the pool's default)."""
-    if not within(which, nbytes) or nbytes < nb_floor and which != BARRIER:
+    settled path for the class (an unsettled one: the pool's default).
+    `any_size`: a call whose size differs between ranks (Igatherv,
+    Iscatterv, Ialltoallv, this rank's bytes), which no window or route
+    decides: the pool's default path."""
+    if not any_size and (not within(which, nbytes) or nbytes < nb_floor and which != BARRIER):
         return None
     state = state_of(comm, which)
     if state is None or state.hosts > 1 or type(state.pool) is not Pool:
@@ -116,7 +119,9 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
             return None
     cdef int code
     cdef Routes r = state.routes
-    if r is None:
+    if any_size:
+        code = 1
+    elif r is None:
         code = 1 if not adaptive or blo[which] <= nbytes < bhi[which] else 0
     else:
         sc = cxl_size_class(nbytes)
@@ -228,11 +233,6 @@ def nonblocking_rows():
 def nonblocking_reset():
     for i in range(NCOLL):
         nb_pool[i] = nb_pass[i] = nb_bytes[i] = nb_waited[i] = 0
-
-
-cdef inline object nb_passed(int which, object result):
-    nb_pass[which] += 1
-    return result
 
 
 cdef object nb_request(object comm, Plan plan, int which, object stock, tuple args,

@@ -279,13 +279,13 @@ cdef Message staged_message(object msg, bint writable, int blocks, Py_ssize_t le
     return m
 
 
-cdef Vector staged_vector(object msg, int blocks):
-    """`vector` of a receive vector of a derived datatype (see
-    above): its blocks one after the other in a temporary buffer, or
-    None."""
-    found = _derived(msg, True, True)
+cdef Vector staged_vector(object msg, int blocks, bint writable=True):
+    """`vector` of a vector message of a derived datatype or in a device
+    array (see above; `writable`: a receive vector): its blocks one after
+    the other in a temporary buffer, or None."""
+    found = _derived(msg, True, writable)
     if found is None:
-        found = _foreign(msg, True, True, False)
+        found = _foreign(msg, True, writable, False)
     if found is None:
         return None
     (o_buf, o_counts, o_displs, o_type), d = found
@@ -304,8 +304,13 @@ cdef Vector staged_vector(object msg, int blocks):
         if v.counts[i]:
             moves.append(([o_buf, v.counts[i], v.displs[i], o_type], total, v.counts[i]))
         total += v.counts[i]
-    if not moves:
-        return None
+    if not moves:   # (no elements: nothing staged, nothing copied back)
+        v.m = no_elements(lookup_type(o_type))
+        for i in range(blocks):
+            v.displs[i] = 0
+        v.largest = 0
+        v.ints = True
+        return v if v.m is not None else None
     v.m = _temporary(d, total, moves)
     if v.m is None:
         return None

@@ -17,6 +17,9 @@ nothing, and says so).  Scenarios:
               Startall over a list mixed with stock persistent requests
   rooted      Igather, Iscatter, Iallgatherv, Ireduce_scatter and their
               persistent forms: every root, in place, uneven counts
+  vectors     Igatherv, Iscatterv, Ialltoallv and their persistent forms:
+              every root, in place (IN_PLACE and None), counts that differ
+              by rank (zero, one element, several chunks)
   progress    a posted call completes while its rank computes without
               calling MPI (the worker progresses it)
   mismatch    rank 0 posts an Iallreduce, the others an Ibcast of the same
@@ -366,6 +369,78 @@ def rooted() -> None:
         r.Free()
 
 
+def vectors() -> None:
+    """The forms whose counts only some ranks hold: posted alike whatever
+    their size (the worker learns the largest block)."""
+    for big in (0, 1, 3000):
+        counts = [big * q + (q % 2) for q in range(size)]   # (rank 0: none)
+        displs = [sum(counts[:q]) + 3 * q for q in range(size)]
+        whole = displs[-1] + counts[-1] + 2
+        for root in range(size):
+            mine = data(counts[rank], root)
+            ref = np.full(whole, -1.0)
+            plain.Gatherv(mine, [ref, (counts, displs), MPI.DOUBLE], root)
+            for inplace in (False, MPI.IN_PLACE, None):
+                out = np.full(whole, -1.0)
+                vec = [out, (counts, displs), MPI.DOUBLE]
+                if inplace is not False and rank == root:
+                    out[displs[root]:displs[root] + counts[root]] = mine
+                    comm.Igatherv(inplace, vec, root).Wait()
+                else:
+                    comm.Igatherv(mine, vec, root).Wait()
+                if rank == root:
+                    check(f"Igatherv {big} root {root} in place {inplace}", out, ref)
+            full = data(whole, root + 1)
+            ref = np.full(counts[rank], -1.0)
+            plain.Scatterv([full, (counts, displs), MPI.DOUBLE], ref, root)
+            for inplace in (False, MPI.IN_PLACE, None):
+                got = np.full(counts[rank], -1.0)
+                if inplace is not False and rank == root:
+                    kept = full.copy()
+                    comm.Iscatterv([full, (counts, displs), MPI.DOUBLE], inplace, root).Wait()
+                    check(f"Iscatterv {big} root {root} in place {inplace}", full, kept)
+                else:
+                    comm.Iscatterv([full, (counts, displs), MPI.DOUBLE], got, root).Wait()
+                    check(f"Iscatterv {big} root {root}", got, ref)
+        # Ialltoallv: rank r sends big * (r + d) % 5 + d elements to rank d
+        sc = [big * ((rank + d) % 5) + d for d in range(size)]
+        rc = [big * ((q + rank) % 5) + rank for q in range(size)]
+        sd = [sum(sc[:d]) + d for d in range(size)]
+        rd = [sum(rc[:q]) + 2 * q for q in range(size)]
+        x = data(sd[-1] + sc[-1], 9)
+        ref, out = np.full(rd[-1] + rc[-1], -1.0), np.full(rd[-1] + rc[-1], -1.0)
+        plain.Alltoallv([x, (sc, sd), MPI.DOUBLE], [ref, (rc, rd), MPI.DOUBLE])
+        comm.Ialltoallv([x, (sc, sd), MPI.DOUBLE], [out, (rc, rd), MPI.DOUBLE]).Wait()
+        check(f"Ialltoallv {big}", out, ref)
+    counts = [1000 + 7 * q for q in range(size)]
+    v_in, v_out = np.zeros(counts[rank]), np.zeros(sum(counts))
+    s_in, s_out = np.zeros(sum(counts)), np.zeros(counts[rank])
+    a_in, a_out = np.zeros(sum(counts)), np.zeros(size * counts[rank])
+    a_send = [counts, MPI.DOUBLE]
+    reqs = [comm.Gatherv_init(v_in, [v_out, counts, MPI.DOUBLE] if rank == 0 else None, 0),
+            comm.Scatterv_init([s_in, counts, MPI.DOUBLE], s_out, size - 1),
+            comm.Alltoallv_init([a_in, *a_send], [a_out, [counts[rank]] * size, MPI.DOUBLE])]
+    for k in range(4):
+        v_in[:], s_in[:], a_in[:] = data(counts[rank], k), data(sum(counts), k + 1), \
+            data(sum(counts), k + 2)
+        if k % 2:
+            type(reqs[0]).Startall(reqs)
+        else:
+            for r in reqs:
+                r.Start()
+        MPI.Request.Waitall(reqs)
+        refs = [np.zeros(sum(counts)), np.zeros(counts[rank]), np.zeros(size * counts[rank])]
+        plain.Gatherv(v_in, [refs[0], counts, MPI.DOUBLE] if rank == 0 else None, 0)
+        plain.Scatterv([s_in, counts, MPI.DOUBLE], refs[1], size - 1)
+        plain.Alltoallv([a_in, *a_send], [refs[2], [counts[rank]] * size, MPI.DOUBLE])
+        if rank == 0:
+            check(f"Gatherv_init start {k}", v_out, refs[0])
+        check(f"Scatterv_init start {k}", s_out, refs[1])
+        check(f"Alltoallv_init start {k}", a_out, refs[2])
+    for r in reqs:
+        r.Free()
+
+
 def progress() -> None:
     n = 1 << 20
     a = data(n, 1)
@@ -394,9 +469,17 @@ def mismatch() -> None:
     n = 1 << 16
     a = np.ones(n)
     comm.Allreduce(a, np.zeros(n))
-    waitall = len(sys.argv) > 2 and sys.argv[2] == "waitall"
+    how = sys.argv[2] if len(sys.argv) > 2 else "wait"
+    waitall = how == "waitall"
+    # counts: the root's count of the last rank's block is one more than
+    # that rank sends (a posted Igatherv: no rank may learn it before)
+    counts = [n // 8] * size
+    counts[-1] += rank == 0
     try:
-        req = comm.Iallreduce(a, np.zeros(n)) if rank == 0 else comm.Ibcast(a, 0)
+        if how == "counts":
+            req = comm.Igatherv(a[:n // 8], [np.zeros(sum(counts)), counts, MPI.DOUBLE], 0)
+        else:
+            req = comm.Iallreduce(a, np.zeros(n)) if rank == 0 else comm.Ibcast(a, 0)
         if waitall:
             MPI.Request.Waitall([req])
         else:
@@ -484,7 +567,7 @@ def free() -> None:
 
 
 {"each": each, "inflight": inflight, "persistent": persistent, "progress": progress,
- "rooted": rooted,
+ "rooted": rooted, "vectors": vectors,
  "mismatch": mismatch, "timeout": timeout, "variants": variants,
  "forms": forms, "free": free}[SCENARIO]()
 rows = _shim.nonblocking_rows()
