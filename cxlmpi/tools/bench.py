@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "wait (OSU's overlap), stock and cxlmpi alternating")
     ap.add_argument("--overlap-ops", default="Iallreduce,Ibcast", metavar="OPS",
                     help="the collectives of --overlap, or 'all' (known: "
-                         "Iallreduce, Ibcast, Iallgather, Ialltoall)")
+                         "Iallreduce, Ibcast, Iallgather, Igather, Iscatter, Ialltoall, "
+                         "Igatherv, Iscatterv, Ialltoallv)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 

@@ -36,7 +36,18 @@ OVERLAP_OPS: dict[str, Any] = {
     "Igather": (lambda c, s, r: c.Igather(s, r, 0), lambda n, p: (n, n * p)),
     "Iscatter": (lambda c, s, r: c.Iscatter(s, r, 0), lambda n, p: (n * p, n)),
     "Ialltoall": (lambda c, s, r: c.Ialltoall(s, r), lambda n, p: (n * p, n * p)),
+    # the vector forms, every block alike
+    "Igatherv": (lambda c, s, r: c.Igatherv(s, _v(c, r), 0), lambda n, p: (n, n * p)),
+    "Iscatterv": (lambda c, s, r: c.Iscatterv(_v(c, s), r, 0), lambda n, p: (n * p, n)),
+    "Ialltoallv": (lambda c, s, r: c.Ialltoallv(_v(c, s), _v(c, r)),
+                   lambda n, p: (n * p, n * p)),
 }
+
+
+def _v(comm: MPI.Intracomm, a: np.ndarray) -> list[Any]:
+    """`a` as a vector message of one block per rank, all alike."""
+    p = comm.Get_size()
+    return [a, [a.size // p] * p, MPI.DOUBLE]
 
 
 def _compute(seconds: float, work: np.ndarray) -> None:
