@@ -58,9 +58,12 @@ def test_rooted_and_counted_forms_are_posted(nranks: int) -> None:
 def test_vector_forms_are_posted_whatever_their_size(nranks: int) -> None:
     """Igatherv, Iscatterv, Ialltoallv and their persistent forms give
     stock's values (every root, in place and None at the root, counts of
-    zero, one and thousands of elements), and the pool took each of them
-    (before, MPI took them all: only some ranks hold the counts, so no size
-    decides their path; the worker now learns the largest block first)."""
+    zero, one and thousands of elements, a derived datatype at the root and
+    arrays elsewhere), and the pool took each of them (before, MPI took them
+    all: only some ranks hold the counts, so no size decides their path; the
+    worker now learns the largest block first).  Without staging the root's
+    send vector, or its receive vector of no elements, that root left the
+    call for MPI alone: a mismatch, or a timeout."""
     out = result(POOL, nranks, "vectors")
     assert out["ok"], out["problems"]
     assert {"gatherv", "scatterv", "alltoallv"} <= set(out["by"]), out

@@ -281,6 +281,16 @@ def persistent() -> None:
             req.Free()
 
 
+def start_and_wait(reqs: list, k: int) -> None:
+    """Start `reqs` one by one (even `k`) or with Startall (odd); wait for all."""
+    if k % 2:
+        type(reqs[0]).Startall(reqs)
+    else:
+        for r in reqs:
+            r.Start()
+    MPI.Request.Waitall(reqs)
+
+
 def rooted() -> None:
     """The forms whose sizes each rank reads from its own arguments (the
     root's blocks, the counts every rank passes): posted alike."""
@@ -349,12 +359,7 @@ def rooted() -> None:
     for k in range(4):
         s[:], full[:] = data(n, k), data(n * size, k + 1)
         v_in[:], rs_in[:] = data(counts[rank], k + 2), data(sum(counts), k + 3)
-        if k % 2:
-            type(reqs[0]).Startall(reqs)
-        else:
-            for r in reqs:
-                r.Start()
-        MPI.Request.Waitall(reqs)
+        start_and_wait(reqs, k)
         refs = [np.zeros(n * size), np.zeros(n), np.zeros(sum(counts)), np.zeros(counts[rank])]
         plain.Gather(s, refs[0], 0)
         plain.Scatter(full, refs[1], size - 1)
@@ -412,6 +417,25 @@ def vectors() -> None:
         plain.Alltoallv([x, (sc, sd), MPI.DOUBLE], [ref, (rc, rd), MPI.DOUBLE])
         comm.Ialltoallv([x, (sc, sd), MPI.DOUBLE], [out, (rc, rd), MPI.DOUBLE]).Wait()
         check(f"Ialltoallv {big}", out, ref)
+        # a derived datatype at the root (rank 0 of Ialltoallv), arrays elsewhere: staged
+        # (before, its send vector, or receive vector of nothing, went to MPI alone)
+        root, one = size - 1, MPI.DOUBLE.Create_contiguous(1).Commit()
+        mine, full = data(counts[rank], 2), data(whole, 3)
+        refs = [np.full(k, -1.0) for k in (whole, counts[rank], rd[-1] + rc[-1])]
+        outs = [np.full(k, -1.0) for k in (whole, counts[rank], rd[-1] + rc[-1])]
+        plain.Gatherv(mine, [refs[0], (counts, displs), MPI.DOUBLE], root)
+        plain.Scatterv([full, (counts, displs), MPI.DOUBLE], refs[1], root)
+        plain.Alltoallv([x, (sc, sd), MPI.DOUBLE], [refs[2], (rc, rd), MPI.DOUBLE])
+        kind = one if rank == root else MPI.DOUBLE
+        comm.Igatherv(mine, [outs[0], (counts, displs), kind], root).Wait()
+        comm.Iscatterv([full, (counts, displs), kind], outs[1], root).Wait()
+        kind = one if rank == 0 else MPI.DOUBLE
+        comm.Ialltoallv([x, (sc, sd), kind], [outs[2], (rc, rd), kind]).Wait()
+        one.Free()
+        if rank == root:
+            check(f"Igatherv {big} derived at the root", outs[0], refs[0])
+        check(f"Iscatterv {big} derived at the root", outs[1], refs[1])
+        check(f"Ialltoallv {big} derived on rank 0", outs[2], refs[2])
     counts = [1000 + 7 * q for q in range(size)]
     v_in, v_out = np.zeros(counts[rank]), np.zeros(sum(counts))
     s_in, s_out = np.zeros(sum(counts)), np.zeros(counts[rank])
@@ -423,12 +447,7 @@ def vectors() -> None:
     for k in range(4):
         v_in[:], s_in[:], a_in[:] = data(counts[rank], k), data(sum(counts), k + 1), \
             data(sum(counts), k + 2)
-        if k % 2:
-            type(reqs[0]).Startall(reqs)
-        else:
-            for r in reqs:
-                r.Start()
-        MPI.Request.Waitall(reqs)
+        start_and_wait(reqs, k)
         refs = [np.zeros(sum(counts)), np.zeros(counts[rank]), np.zeros(size * counts[rank])]
         plain.Gatherv(v_in, [refs[0], counts, MPI.DOUBLE] if rank == 0 else None, 0)
         plain.Scatterv([s_in, counts, MPI.DOUBLE], refs[1], size - 1)
