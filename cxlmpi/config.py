@@ -301,7 +301,9 @@ VARIABLES: tuple[Variable, ...] = (
              agreed=True),
     Variable("CXLMPI_NONBLOCKING_THRESHOLD", parse_size, "1M",
              "Smallest nonblocking or persistent collective (bytes, all blocks together) "
-             "that goes through the pool; smaller ones go to MPI. A posted call pays a "
+             "that goes through the pool; smaller ones go to MPI (but `Ibarrier`, and under "
+             "`CXLMPI_TUNING=pool` `Igatherv`, `Iscatterv` and `Ialltoallv`, whose sizes "
+             "only some ranks know: any size). A posted call pays a "
              "generalized request and a hand-over to the worker thread and back, which "
              "smaller calls do not earn back (measured with `python -m cxlmpi.bench "
              "--overlap`; the figures are on the *Performance* page).",

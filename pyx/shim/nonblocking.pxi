@@ -10,10 +10,12 @@
 # were posted, and completes the request; a blocking call on the
 # communicator lets it finish first (`settle_posted`, from `enter`).
 #
-# What goes to MPI, always: every form whose sizes only some ranks know
-# (Igatherv, Iscatterv, Ialltoallv: a posted call has no header step),
-# pools across hosts, and every call where MPI was not started with
-# MPI_THREAD_MULTIPLE (the worker completes requests from its own thread).
+# What goes to MPI, always: pools across hosts or pool groups, and every
+# call where MPI was not started with MPI_THREAD_MULTIPLE (the worker
+# completes requests from its own thread).  The forms whose sizes only some
+# ranks know (Igatherv, Iscatterv, Ialltoallv) take the pool only under
+# CXLMPI_TUNING=pool, whatever their size (no size decides their path
+# alike on every rank; the worker learns the largest block first).
 # A message the pool cannot read in place (a derived datatype, a device
 # array) is staged as for a blocking call: copied in when the call is
 # posted, out when its request completes (its query, which runs with the
@@ -258,7 +260,8 @@ POSTED_TO_POOL = (
     "Reduce_init", "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init",
     "Allgatherv_init", "Reduce_scatter_block_init", "Reduce_scatter_init")
 POSTED_UNDER_TUNING_POOL = (
-    "Ialltoall", "Igather", "Iscatter", "Alltoall_init", "Gather_init", "Scatter_init")
+    "Ialltoall", "Igather", "Iscatter", "Alltoall_init", "Gather_init", "Scatter_init",
+    "Igatherv", "Iscatterv", "Ialltoallv", "Gatherv_init", "Scatterv_init", "Alltoallv_init")
 NONBLOCKING_METHODS = (
     "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
     "Ialltoall", "Ireduce_scatter_block", "Iallgatherv", "Igather", "Igatherv", "Iscatter",
