@@ -16,14 +16,16 @@ from cxlmpi._shim import POSTED_TO_POOL, POSTED_UNDER_TUNING_POOL
 from harness import run_mpi
 
 SCRIPT = "tests/scripts/nonblocking.py"
+FORMS = "tests/scripts/posted_forms.py"
 # Every size through the pool (CXLMPI_NONBLOCKING_THRESHOLD=0): the tests'
 # messages are small, to stay quick.
 ANY = {"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off", "CXLMPI_NONBLOCKING_THRESHOLD": "0"}
 POOL = {**ANY, "CXLMPI_TUNING": "pool"}
 
 
-def result(env: dict[str, str], nranks: int, scenario: str, *args: str) -> dict:
-    proc = run_mpi(nranks, [SCRIPT, scenario, *args], env=env, timeout=300)
+def result(env: dict[str, str], nranks: int, scenario: str, *args: str,
+           script: str = SCRIPT) -> dict:
+    proc = run_mpi(nranks, [script, scenario, *args], env=env, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, proc.stdout + proc.stderr
     out = json.loads(lines[0][len("RESULT "):])
@@ -74,6 +76,31 @@ def test_vector_forms_are_posted_whatever_their_size(nranks: int) -> None:
     out = result(POOL, nranks, "vectors")
     assert out["ok"], out["problems"]
     assert {"gatherv", "scatterv", "alltoallv"} <= set(out["by"]), out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_rank_that_sends_nothing_as_none_posts_with_its_peers(nranks: int) -> None:
+    """A rank that sends or receives nothing as mpi4py lets it say so
+    (``[None, MPI.INT]``, ``[None, counts, displs, MPI.INT]`` with zero
+    counts) posts Iallgatherv, Igatherv, Iscatterv and Ialltoallv to the
+    pool with its peers, on a communicator's first call and later, and
+    every value is stock's.  Before, that rank sent the call to MPI alone:
+    its peers hung in the pool's set-up, or timed out in its step."""
+    out = result(POOL, nranks, "empty", script=FORMS)
+    assert out["ok"], out["problems"]
+    assert {"allgatherv", "gatherv", "scatterv", "alltoallv"} <= set(out["by"]), out
+    assert not out["passed"], out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_message_one_rank_cannot_post_fails_every_rank(nranks: int) -> None:
+    """A root whose message the pool cannot take (its send buffer inside
+    its receive vector's span; a negative count), on a first call and on a
+    communicator with a pool: every rank raises CXLMPIMessageError, and
+    none hangs.  Before, the root sent the call to MPI alone (or raised
+    before the pool's set-up), and its peers waited for ever."""
+    out = result(POOL, nranks, "refused", script=FORMS)
+    assert out["ok"], out["problems"]
 
 
 def test_adaptive_selection_posts_too() -> None:

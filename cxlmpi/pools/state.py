@@ -387,9 +387,9 @@ def _mismatch(comm: MPI.Intracomm, state: _State, exc: PoolFailure) -> CXLMPIErr
             f"cxlmpi: {exc.what} on {name} (rank {comm.Get_rank()} of {comm.Get_size()}): "
             f"rank{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} "
             f"refused {'their' if len(refused) > 1 else 'its'} message of a call the "
-            "others ran in the pool (a count or block outside its buffer; that rank raised "
-            "the details); the communicator's pool is closed, and its collectives raise "
-            "this error from here")
+            "others ran in the pool (a count or block outside its buffer, or a message "
+            "the pool cannot take; that rank raised the details); the communicator's pool "
+            "is closed, and its collectives raise this error from here")
         state.close()
         state.error = err
         return err

@@ -241,7 +241,9 @@ cdef Plan nb_plan_scatter(object comm, object sendbuf, object recvbuf, int root)
     if recvbuf is not None and recvbuf is not _IN_PLACE:
         recv = message(recvbuf, True, 0, 0, STAGE_ANY)
         if recv is None or aliased(send, recv):
-            return None
+            return refused_here(comm, SCATTER, stride * size,
+                                "Iscatter's receive message at the root (a form the pool "
+                                "cannot read, or sharing the send buffer's memory)")
         if recv.nbytes == 0:
             recv = None   # (MPI copies nothing out of its own block)
         else:
@@ -273,40 +275,47 @@ cdef Plan nb_plan_scatterv(object comm, object sendbuf, object recvbuf, int root
     """Iscatterv: as Igatherv (shim/gather.pxi), the other way: under
     CXLMPI_TUNING=pool, posted to the pool whatever its size, the largest
     block learnt by the worker, counts checked against what every rank
-    receives before any data moves."""
+    receives before any data moves; a message this rank's pool cannot take
+    is refused on every rank (`refused_here`)."""
     cdef int size = comm_size(comm), rank = comm_rank(comm), i
     if not nb_on or not nb_every or disabled or not 0 <= root < size:
         return None
     cdef Message recv = None
-    cdef Vector vec
+    cdef Vector vec = None
     cdef Py_ssize_t item
     cdef uint64_t pairs = 0
+    try:
+        if rank != root:
+            recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+        else:
+            vec = vector(sendbuf, False, size, True)
+            if vec is not None and recvbuf is not None and recvbuf is not _IN_PLACE:
+                recv = message(recvbuf, True, 0, 0, STAGE_ANY)
+                if recv is None or aliased(recv, vec.m):
+                    vec = None
+    except Exception as err:
+        return refused_here(comm, SCATTERV, 0, err, True)
     zeros = [0] * size
     recv_addrs, recv_sizes = list(zeros), list(zeros)
     if rank != root:
-        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
         if recv is None:
-            return None
+            return refused_here(comm, SCATTERV, 0, "Iscatterv's receive message", True)
         recv_addrs[root], recv_sizes[root] = recv.address, recv.nbytes
         return planned(comm, SCATTERV, recv.nbytes, "post_exchange",
                        (zeros, zeros, recv_addrs, recv_sizes, MAX_VARIES, "Iscatterv", root,
                         -<uint64_t>pair_hash(root, rank, recv.nbytes), recv.nbytes),
                        (), (recv,), True)
-    vec = vector(sendbuf, False, size, True)
     if vec is None:
-        return None
+        return refused_here(comm, SCATTERV, 0, "Iscatterv's messages at the root (a form "
+                            "the pool cannot read, or send and receive sharing memory)", True)
     item = vec.m.itemsize
     send_addrs = [vec.m.address + vec.displs[i] * item for i in range(size)]
     send_sizes = [vec.counts[i] * item for i in range(size)]
     for i in range(size):
         if i != root:
             pairs += <uint64_t>pair_hash(root, i, send_sizes[i])
-    if recvbuf is not None and recvbuf is not _IN_PLACE:
-        recv = message(recvbuf, True, 0, 0, STAGE_ANY)
-        if recv is None or aliased(recv, vec.m):
-            return None
-        if recv.nbytes == 0:
-            recv = None   # (MPI copies nothing out of its own block)
+    if recv is not None and recv.nbytes == 0:
+        recv = None   # (MPI copies nothing out of its own block)
     if recv is None:
         recv_addrs[root], recv_sizes[root] = send_addrs[root], send_sizes[root]
     else:
@@ -325,9 +334,15 @@ cdef Plan nb_plan_alltoallv(object comm, object sendbuf, object recvbuf):
     cdef int size = comm_size(comm), rank = comm_rank(comm), i
     if not nb_on or not nb_every or disabled or sendbuf is _IN_PLACE:
         return None
-    cdef Vector rvec = vector(recvbuf, True, size, True), svec = vector(sendbuf, False, size, True)
+    cdef Vector rvec = None, svec = None
+    try:
+        rvec = vector(recvbuf, True, size, True)
+        svec = vector(sendbuf, False, size, True) if rvec is not None else None
+    except Exception as err:
+        return refused_here(comm, ALLTOALLV, 0, err, True)
     if rvec is None or svec is None or aliased(svec.m, rvec.m):
-        return None
+        return refused_here(comm, ALLTOALLV, 0, "Ialltoallv's messages (a form the pool "
+                            "cannot read, or send and receive sharing memory)", True)
     cdef Py_ssize_t si = svec.m.itemsize, ri = rvec.m.itemsize
     return planned(comm, ALLTOALLV, svec.m.nbytes, "post_exchange",
                    ([svec.m.address + svec.displs[i] * si for i in range(size)],

@@ -225,7 +225,9 @@ cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
     if not inplace:
         send = message(sendbuf, False, size if which == ALLTOALL else 0, 0, STAGE_ANY)
         if send is None or send.nbytes != block or aliased(send, recv):
-            return None
+            return refused_here(comm, which, block * size,
+                                "the send message (a form the pool cannot read, another "
+                                "size than the receive blocks, or sharing their memory)")
     recv_addrs = [recv.address + q * block for q in range(size)]
     sizes = [block] * size
     if which == ALLGATHER:
@@ -259,7 +261,10 @@ cdef Plan nb_plan_allgatherv(object comm, object sendbuf, object recvbuf):
     if sendbuf is not _IN_PLACE:
         send = message(sendbuf, False)
         if send is None or send.nbytes != vec.counts[rank] * item or aliased(send, recv):
-            return None
+            return refused_here(comm, ALLGATHERV, recv.nbytes,
+                                "Iallgatherv's send message (a form the pool cannot read, "
+                                "a size its count does not name, or sharing the receive "
+                                "buffer's memory)")
     addrs = [recv.address + vec.displs[i] * item for i in range(size)]
     sizes = [vec.counts[i] * item for i in range(size)]
     # every rank's counts must agree with what each sender sends
@@ -295,7 +300,9 @@ cdef Plan nb_plan_gather(object comm, object sendbuf, object recvbuf, int root):
         if sendbuf is not None and sendbuf is not _IN_PLACE:
             send = message(sendbuf, False, 0, 0, STAGE_ANY)
             if send is None or aliased(send, recv):
-                return None
+                return refused_here(comm, GATHER, stride * size,
+                                    "Igather's send message at the root (a form the pool "
+                                    "cannot read, or sharing the receive buffer's memory)")
             if send.nbytes == 0:
                 send = None   # (MPI copies nothing into its own block)
             else:
@@ -335,35 +342,43 @@ cdef Plan nb_plan_gatherv(object comm, object sendbuf, object recvbuf, int root)
     and the worker learns the largest block first (MAX_VARIES).  Counts
     that differ from what a rank sends -- the root's own block included,
     of which it copies no more than both name -- fail every rank (the
-    block checksum) before any data moves."""
+    block checksum) before any data moves; so does a message this rank's
+    pool cannot take (`refused_here`: never MPI alone)."""
     cdef int size = comm_size(comm), rank = comm_rank(comm), i
     if not nb_on or not nb_every or disabled or not 0 <= root < size:
         return None
     cdef Message send = None
-    cdef Vector vec
+    cdef Vector vec = None
     cdef Py_ssize_t item, own
     cdef uint64_t pairs = 0
+    try:
+        if rank != root:
+            send = message(sendbuf, False, 0, 0, STAGE_ANY)
+        else:
+            vec = vector(recvbuf, True, size, True)
+            if vec is not None and sendbuf is not None and sendbuf is not _IN_PLACE:
+                send = message(sendbuf, False, 0, 0, STAGE_ANY)
+                if send is None or aliased(send, vec.m):
+                    vec = None
+    except Exception as err:
+        return refused_here(comm, GATHERV, 0, err, True)
     if rank != root:
-        send = message(sendbuf, False, 0, 0, STAGE_ANY)
         if send is None:
-            return None
+            return refused_here(comm, GATHERV, 0, "Igatherv's send message", True)
         return planned(comm, GATHERV, send.nbytes, "post_gather",
                        (send.address, send.nbytes, [0] * size, [0] * size, root, MAX_VARIES,
                         "Igatherv", <uint64_t>pair_hash(rank, root, send.nbytes),
                         send.nbytes), (send,), (), True)
-    vec = vector(recvbuf, True, size, True)
     if vec is None:
-        return None
+        return refused_here(comm, GATHERV, 0, "Igatherv's messages at the root (a form "
+                            "the pool cannot read, or send and receive sharing memory)", True)
     item = vec.m.itemsize
     addrs = [vec.m.address + vec.displs[i] * item for i in range(size)]
     sizes = [vec.counts[i] * item for i in range(size)]
     for i in range(size):
         if i != root:
             pairs -= <uint64_t>pair_hash(i, root, sizes[i])
-    if sendbuf is not None and sendbuf is not _IN_PLACE:
-        send = message(sendbuf, False, 0, 0, STAGE_ANY)
-        if send is None or aliased(send, vec.m):
-            return None
+    if send is not None:
         own = send.nbytes
         if own == 0:
             send = None   # (MPI copies nothing into its own block)

@@ -536,35 +536,9 @@ cdef Vector vector(object msg, bint writable, int blocks, bint staged=False):
     cdef Vector v = _read_vector(msg, writable, blocks)
     if v is None and staged:
         v = staged_vector(msg, blocks, writable)
+        if v is None:
+            v = _empty_vector(msg, blocks)
     return v
-
-
-cdef Message _empty(object msg):
-    """A message of no elements whose buffer the pool cannot read -- None
-    or MPI.BOTTOM, count 0 (``[MPI.BOTTOM, 0, MPI.DOUBLE]``: a rank that
-    sends nothing) -- as a Message of no bytes; None for any other.  Such
-    a rank had sent the call to MPI alone, its peers waiting in the pool."""
-    parts = unpack(msg, False, False, True)
-    if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
-            not _is_integral(parts[1]) or parts[1].__index__() != 0:
-        return None
-    return no_elements(lookup_type(parts[3]))
-
-
-cdef Message no_elements(object dtype):
-    """A Message of no elements of `dtype` (None: None)."""
-    if dtype is None:
-        return None
-    info = type_info(dtype) if dtype.is_predefined else None
-    cdef Message m = Message.__new__(Message)
-    m.datatype = dtype
-    if info is not None:
-        m.tcode, m.itemsize, m.handle = info
-    else:   # (a derived datatype: MPI is handed no elements of it)
-        m.tcode, m.itemsize, m.handle = MOVE_ONLY, 1, <Py_ssize_t><uintptr_t>dtype.handle
-    m.address = m.lo = m.hi = 0
-    m.count = m.nbytes = 0
-    return m
 
 
 cdef inline bint aliased(Message a, Message b):

@@ -144,6 +144,28 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     return p
 
 
+cdef Plan refused_here(object comm, int which, Py_ssize_t nbytes, object why,
+                       bint any_size=False):
+    """A posted call that its peers decide from what every rank holds alike
+    (its size -- `nbytes`, as the peers count it -- or, `any_size`, none),
+    whose message this rank's pool cannot take as given (`why`: a reason,
+    or the exception its parsing raised, which this rank raises).  Not MPI alone: its
+    peers' workers would wait for its step for ever.  Where the peers'
+    decision is MPI, MPI takes it on every rank (None); where it is the
+    pool, this rank refuses it there and every rank raises, naming it."""
+    if isinstance(why, str):
+        from .errors import CXLMPIMessageError
+
+        why = CXLMPIMessageError(
+            f"message: {why}: the pool cannot take this rank's message, and its peers "
+            f"post the call to the pool")
+    note_refusal(why)
+    try:
+        return planned(comm, which, nbytes, "", (), (), (), any_size)
+    finally:
+        take_refusal()   # (taken by planned where it refused)
+
+
 def post(Plan plan):
     """Make the Op of `plan` (Pool.post_<family>), counted as posted."""
     for m in plan.fills:

@@ -145,8 +145,13 @@ cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
         send = recv
     else:
         send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
-        if send is None or recv is not None and (
-                send.count != recv.count or send.handle != recv.handle or aliased(send, recv)):
+        if recv is not None and (send is None or send.count != recv.count or
+                                 send.handle != recv.handle or aliased(send, recv)):
+            return refused_here(comm, which, recv.nbytes,
+                                "the send message (a form the pool cannot read, another "
+                                "count or type than the receive message, or sharing its "
+                                "memory)")
+        if send is None:
             return None
     if send.tcode < 0 or not reducer_defined(opc, send.tcode):
         return None

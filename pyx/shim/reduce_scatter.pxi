@@ -169,10 +169,15 @@ cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvb
         recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
     else:
         recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        send = message(sendbuf, False, size, 0, STAGE_DEVICE) if recv is not None else None
+        if recv is None:
+            return None
+        send = message(sendbuf, False, size, 0, STAGE_DEVICE)
         if send is None or send.count != recv.count or send.handle != recv.handle \
                 or aliased(send, recv):
-            return None
+            return refused_here(comm, REDUCE_SCATTER_BLOCK, recv.nbytes * size,
+                                "the send message (a form the pool cannot read, another "
+                                "count or type than the receive blocks, or sharing their "
+                                "memory)")
     if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
         return None
     base = recv.address if send is None else send.address

@@ -404,3 +404,74 @@ cdef int _move(object user, object tmp, bint to_tmp) except -1:
 cdef inline bint direct(Message m) noexcept:
     """Whether MPI may be handed `m` as it is (not a staged message)."""
     return m is not None and m.staged is None
+
+
+# Messages of no elements at None or MPI.BOTTOM (mpi4py reads no bytes
+# there): no bytes to read or stage, alike on every rank that gives them.
+
+cdef Message _empty(object msg):
+    """A message of no elements whose buffer the pool cannot read -- None
+    or MPI.BOTTOM, count 0 or none given (``[MPI.BOTTOM, 0, MPI.DOUBLE]``,
+    ``[None, MPI.INT]``: mpi4py reads no elements there) -- as a Message of
+    no bytes; None for any other.  Such a rank had sent the call to MPI
+    alone, its peers waiting in the pool."""
+    o_type = _bare_type(msg)
+    if o_type is not None:
+        return no_elements(lookup_type(o_type))
+    parts = unpack(msg, False, False, True)
+    if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
+            not _is_integral(parts[1]) or parts[1].__index__() != 0:
+        return None
+    return no_elements(lookup_type(parts[3]))
+
+
+cdef object _bare_type(object msg):
+    """The datatype of ``[None, type]`` or ``[MPI.BOTTOM, type]`` (no count:
+    mpi4py reads a buffer of no bytes, so no elements), else None."""
+    if (type(msg) is list or type(msg) is tuple) and len(msg) == 2 and \
+            (msg[0] is None or msg[0] is _BOTTOM) and isinstance(msg[1], (str, _DATATYPE)):
+        return msg[1]
+    return None
+
+
+cdef Vector _empty_vector(object msg, int blocks):
+    """`vector` of a vector message of no elements at None or MPI.BOTTOM
+    (``[None, MPI.INT]``; ``[None, counts, displs, type]`` whose counts are
+    all 0), else None: every block empty, as `_empty`'s message."""
+    o_type = _bare_type(msg)
+    cdef Vector v = Vector.__new__(Vector)
+    v.alloc(blocks)
+    cdef Py_ssize_t i
+    if o_type is None:
+        parts = unpack(msg, True, False, True)
+        if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
+                not _read_ints(parts[1], blocks, v.counts):
+            return None
+        for i in range(blocks):
+            if v.counts[i] != 0:
+                return None
+        o_type = parts[3]
+    v.m = no_elements(lookup_type(o_type))
+    if v.m is None:
+        return None
+    for i in range(blocks):
+        v.counts[i] = v.displs[i] = v.icounts[i] = v.idispls[i] = 0
+    v.largest = 0
+    v.ints = True
+    return v
+
+
+cdef Message no_elements(object dtype):
+    """A Message of no elements of `dtype` (None: None)."""
+    if dtype is None:
+        return None
+    info = type_info(dtype) if dtype.is_predefined else None
+    cdef Message m = Message.__new__(Message)
+    m.datatype = dtype
+    if info is not None:
+        m.tcode, m.itemsize, m.handle = info
+    else:   # (a derived datatype: MPI is handed no elements of it)
+        m.tcode, m.itemsize, m.handle = MOVE_ONLY, 1, <Py_ssize_t><uintptr_t>dtype.handle
+    m.address = m.lo = m.hi = 0
+    m.count = m.nbytes = 0
+    return m

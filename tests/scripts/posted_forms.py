@@ -1,0 +1,156 @@
+"""Posted collectives whose message one rank gives in a form of its own.
+
+    mpiexec -n N python tests/scripts/posted_forms.py SCENARIO
+
+Every rank decides a posted call's path alone (it must return without
+waiting for its peers), so one rank whose message the pool cannot take as
+given must never send the call to MPI by itself: its peers' workers would
+wait in the pool for ever.  Each call runs on a fresh communicator (its
+first call sets the pool up) and again on one whose pool exists.
+Rank 0 prints one line ``RESULT {json}``.  Scenarios:
+
+  empty    a rank that sends or receives nothing as mpi4py lets it say so,
+           ``[None, MPI.INT]`` and ``[None, counts, displs, MPI.INT]`` with
+           zero counts: Iallgatherv, Igatherv, Iscatterv, Ialltoallv give
+           stock's values, through the pool
+  refused  a root whose send buffer lies inside its receive vector's span
+           (MPICH takes it), a root naming a negative count (stock raises
+           on the root): every rank raises CXLMPIMessageError, none hangs,
+           and the next call on another communicator runs
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import cxlmpi
+from cxlmpi import _shim
+
+SCENARIO = sys.argv[1]
+world = MPI.COMM_WORLD
+rank, size = world.Get_rank(), world.Get_size()
+plain = world.Dup()
+problems: list[str] = []
+N = 3000   # elements of a non-empty block (several of the test pool's chunks)
+
+
+def check(what: str, got, want) -> None:
+    if not np.array_equal(got, want):
+        problems.append(f"{what}: rank {rank} differs from stock")
+
+
+def both(call) -> None:
+    """`call(comm, label)` on a fresh wrapped communicator (its first call
+    sets the pool up) and then once more on it (the pool exists)."""
+    comm = cxlmpi.wrap(world.Dup())
+    call(comm, "first call")
+    call(comm, "pool set up")
+    comm.Free()
+
+
+def gatherv(comm, label: str) -> None:
+    # ranks > 0 send nothing, as [None, MPI.INT]; the root sends N
+    counts = [N] + [0] * (size - 1)
+    send = np.arange(N, dtype="i") if rank == 0 else [None, MPI.INT]
+    out = {}
+    for name, c in (("cxlmpi", comm), ("stock", plain)):
+        recv = np.full(N, -1, "i") if rank == 0 else None
+        c.Igatherv(send, [recv, counts, [0] * size, MPI.INT] if rank == 0 else None, 0).Wait()
+        out[name] = recv
+    if rank == 0:
+        check(f"Igatherv, [None, type] senders, {label}", out["cxlmpi"], out["stock"])
+
+
+def gatherv_root_none(comm, label: str) -> None:
+    # the root gathers nothing at all: [None, zeros, zeros, MPI.INT]
+    zeros = [0] * size
+    for c in (comm, plain):
+        c.Igatherv([None, 0, MPI.INT], [None, zeros, zeros, MPI.INT] if rank == 0 else None,
+                   0).Wait()
+
+
+def scatterv(comm, label: str) -> None:
+    counts = [N] + [0] * (size - 1)
+    out = {}
+    for name, c in (("cxlmpi", comm), ("stock", plain)):
+        recv = np.full(N, -1, "i") if rank == 0 else [None, MPI.INT]
+        send = [np.arange(N, dtype="i") + 5, counts, [0] * size, MPI.INT] if rank == 0 else None
+        c.Iscatterv(send, recv, 0).Wait()
+        out[name] = recv
+    if rank == 0:
+        check(f"Iscatterv, [None, type] receivers, {label}", out["cxlmpi"], out["stock"])
+
+
+def alltoallv(comm, label: str) -> None:
+    # rank 0 sends nothing: [None, zeros, zeros, MPI.INT]; the others send
+    # N to every rank
+    zeros = [0] * size
+    out = {}
+    for name, c in (("cxlmpi", comm), ("stock", plain)):
+        rc = [0] + [N] * (size - 1)
+        recv = np.full(N * (size - 1), -1, "i")
+        rmsg = [recv, rc, [0] + [N * (q - 1) for q in range(1, size)], MPI.INT]
+        if rank == 0:
+            smsg = [None, zeros, zeros, MPI.INT]
+        else:
+            smsg = [np.arange(N * size, dtype="i") + rank, [N] * size,
+                    [N * q for q in range(size)], MPI.INT]
+        c.Ialltoallv(smsg, rmsg).Wait()
+        out[name] = recv
+    check(f"Ialltoallv, a [None, ...] sender, {label}", out["cxlmpi"], out["stock"])
+
+
+def allgatherv(comm, label: str) -> None:
+    # rank 0 sends nothing as [None, MPI.INT]
+    counts = [0] + [N] * (size - 1)
+    send = [None, MPI.INT] if rank == 0 else np.full(N, rank, "i")
+    out = {}
+    for name, c in (("cxlmpi", comm), ("stock", plain)):
+        recv = np.full(sum(counts), -1, "i")
+        c.Iallgatherv(send, [recv, counts, MPI.INT]).Wait()
+        out[name] = recv
+    check(f"Iallgatherv, a [None, type] sender, {label}", out["cxlmpi"], out["stock"])
+
+
+def empty() -> None:
+    for call in (gatherv, gatherv_root_none, scatterv, alltoallv, allgatherv):
+        both(call)
+
+
+def refused() -> None:
+    """Every rank raises, on a fresh communicator and on one with a pool."""
+    for what in ("gap", "negative"):
+        for warm in (False, True):
+            comm = cxlmpi.wrap(world.Dup())
+            if warm:   # (sets the pool up)
+                comm.Igatherv(np.ones(N, "i"), [np.empty(N * size, "i"), [N] * size,
+                                                MPI.INT] if rank == 0 else None, 0).Wait()
+            recv = np.full(3 * size, -1, "i")
+            if rank == 0 and what == "gap":
+                # blocks at 0, 3, 6, ...: the send buffer is recv[1:2], in no block
+                send, rmsg = recv[1:2], [recv, [1] * size, [3 * q for q in range(size)], MPI.INT]
+            elif rank == 0:
+                send, rmsg = np.ones(1, "i"), [recv, [-1] + [1] * (size - 1),
+                                               list(range(size)), MPI.INT]
+            else:
+                send, rmsg = np.ones(1, "i"), None
+            try:
+                comm.Igatherv(send, rmsg, 0).Wait()
+                problems.append(f"{what}, warm={warm}: rank {rank} did not raise")
+            except cxlmpi.CXLMPIMessageError:
+                pass
+            plain.Barrier()   # (every rank got here: none hangs)
+
+
+{"empty": empty, "refused": refused}[SCENARIO]()
+rows = _shim.nonblocking_rows()
+problems = [p for ps in plain.allgather(problems) for p in ps]
+if rank == 0:
+    print("RESULT " + json.dumps({"ok": not problems, "problems": problems[:10],
+                                  "by": {k: r[0] for k, r in rows.items() if r[0]},
+                                  "passed": {k: r[1] for k, r in rows.items() if r[1]}}),
+          flush=True)
