@@ -81,12 +81,13 @@ def test_vector_forms_are_posted_whatever_their_size(nranks: int) -> None:
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_a_rank_that_sends_nothing_as_none_posts_with_its_peers(nranks: int) -> None:
     """A rank that sends or receives nothing as mpi4py lets it say so
-    (``[None, MPI.INT]``, ``[None, counts, displs, MPI.INT]`` with zero
-    counts) posts Iallgatherv, Igatherv, Iscatterv and Ialltoallv to the
-    pool with its peers, on a communicator's first call and later, and
-    every value is stock's.  Before, that rank sent the call to MPI alone:
-    its peers hung in the pool's set-up, or timed out in its step."""
-    out = result(POOL, nranks, "empty", script=FORMS)
+    (``[None, MPI.INT]``, ``[None, None, MPI.INT]``, ``[None, counts,
+    displs, MPI.INT]`` with zero counts) posts Iallgatherv, Igatherv,
+    Iscatterv, Ialltoallv and Ibcast to the pool with its peers, on a
+    communicator's first call and later, and every value is stock's.
+    Before, that rank sent the call to MPI alone: its peers hung in the
+    pool's set-up, or timed out in its step."""
+    out = result({**POOL, "CXLMPI_THRESHOLD": "0"}, nranks, "empty", script=FORMS)
     assert out["ok"], out["problems"]
     assert {"allgatherv", "gatherv", "scatterv", "alltoallv"} <= set(out["by"]), out
     assert not out["passed"], out

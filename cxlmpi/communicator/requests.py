@@ -228,10 +228,10 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
         if self._record is not None:
             self._record.op.wait()   # (completed by MPI: its worker is ending it)
         state = _shim.states.get(self._comm.handle)
+        if state is not None and state is self._plan.state and state.error is not None:
+            raise state.error   # (an earlier call failed: the pool is closed)
         if state is None or state is not self._plan.state or state.pool is None:
             raise MPI.Exception(MPI.ERR_COMM)   # (its communicator was freed)
-        if state.error is not None:
-            raise state.error
         greq, self._record = _post(self._comm, self._plan)
         self._take(greq)
 

@@ -169,8 +169,8 @@ cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvb
         recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
     else:
         recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        if recv is None:
-            return None
+        if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+            return None   # (no reducer: MPI on every rank)
         send = message(sendbuf, False, size, 0, STAGE_DEVICE)
         if send is None or send.count != recv.count or send.handle != recv.handle \
                 or aliased(send, recv):

@@ -412,45 +412,58 @@ cdef inline bint direct(Message m) noexcept:
 cdef Message _empty(object msg):
     """A message of no elements whose buffer the pool cannot read -- None
     or MPI.BOTTOM, count 0 or none given (``[MPI.BOTTOM, 0, MPI.DOUBLE]``,
-    ``[None, MPI.INT]``: mpi4py reads no elements there) -- as a Message of
-    no bytes; None for any other.  Such a rank had sent the call to MPI
-    alone, its peers waiting in the pool."""
-    o_type = _bare_type(msg)
-    if o_type is not None:
-        return no_elements(lookup_type(o_type))
-    parts = unpack(msg, False, False, True)
-    if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
-            not _is_integral(parts[1]) or parts[1].__index__() != 0:
+    ``[None, MPI.INT]``, ``[None, None, MPI.INT]``: mpi4py reads no
+    elements there) -- as a Message of no bytes; None for any other.  Such
+    a rank had sent the call to MPI alone, its peers waiting in the pool."""
+    found = _at_none(msg, False)
+    if found is None:
         return None
-    return no_elements(lookup_type(parts[3]))
+    o_count, o_type = found
+    if o_count is not None and not (_is_integral(o_count) and o_count.__index__() == 0):
+        return None
+    return no_elements(lookup_type(o_type))
 
 
-cdef object _bare_type(object msg):
-    """The datatype of ``[None, type]`` or ``[MPI.BOTTOM, type]`` (no count:
-    mpi4py reads a buffer of no bytes, so no elements), else None."""
-    if (type(msg) is list or type(msg) is tuple) and len(msg) == 2 and \
-            (msg[0] is None or msg[0] is _BOTTOM) and isinstance(msg[1], (str, _DATATYPE)):
-        return msg[1]
-    return None
+cdef tuple _at_none(object msg, bint vector):
+    """(count(s), datatype) of a message at None or MPI.BOTTOM as mpi4py
+    unpacks it (``[buf, type]``, ``[buf, count, type]``, ``[buf, (count,
+    displ), type]``, ``[buf, count, displ, type]``; `vector`: a tuple
+    pairs counts and displacements, a list is counts), else None.  A count
+    of None there means none: mpi4py reads a buffer of no bytes."""
+    if not (type(msg) is list or type(msg) is tuple) or not 2 <= len(msg) <= 4 or \
+            not (msg[0] is None or msg[0] is _BOTTOM) or \
+            not isinstance(msg[len(msg) - 1], (str, _DATATYPE)):
+        return None
+    o_count = None
+    if len(msg) == 3:
+        o_count = msg[1]
+        if isinstance(o_count, tuple if vector else (list, tuple)):
+            if len(o_count) != 2:
+                return None
+            o_count = o_count[0]
+    elif len(msg) == 4:
+        o_count = msg[1]
+    return o_count, msg[len(msg) - 1]
 
 
 cdef Vector _empty_vector(object msg, int blocks):
     """`vector` of a vector message of no elements at None or MPI.BOTTOM
-    (``[None, MPI.INT]``; ``[None, counts, displs, type]`` whose counts are
-    all 0), else None: every block empty, as `_empty`'s message."""
-    o_type = _bare_type(msg)
+    (``[None, MPI.INT]``, ``[None, None, None, MPI.INT]``, ``[None, counts,
+    displs, MPI.INT]`` whose counts are all 0), else None: every block
+    empty, as `_empty`'s message."""
+    found = _at_none(msg, True)
+    if found is None:
+        return None
+    o_counts, o_type = found
     cdef Vector v = Vector.__new__(Vector)
     v.alloc(blocks)
     cdef Py_ssize_t i
-    if o_type is None:
-        parts = unpack(msg, True, False, True)
-        if parts is None or not (parts[0] is None or parts[0] is _BOTTOM) or \
-                not _read_ints(parts[1], blocks, v.counts):
+    if o_counts is not None:
+        if not _read_ints(o_counts, blocks, v.counts):
             return None
         for i in range(blocks):
             if v.counts[i] != 0:
                 return None
-        o_type = parts[3]
     v.m = no_elements(lookup_type(o_type))
     if v.m is None:
         return None

@@ -10,8 +10,9 @@ first call sets the pool up) and again on one whose pool exists.
 Rank 0 prints one line ``RESULT {json}``.  Scenarios:
 
   empty    a rank that sends or receives nothing as mpi4py lets it say so,
-           ``[None, MPI.INT]`` and ``[None, counts, displs, MPI.INT]`` with
-           zero counts: Iallgatherv, Igatherv, Iscatterv, Ialltoallv give
+           ``[None, MPI.INT]``, ``[None, None, MPI.INT]``, ``[MPI.BOTTOM,
+           None, MPI.INT]``, ``[None, counts, displs, MPI.INT]`` with zero
+           counts: Iallgatherv, Igatherv, Iscatterv, Ialltoallv, Ibcast give
            stock's values, through the pool
   refused  a root whose send buffer lies inside its receive vector's span
            (MPICH takes it), a root naming a negative count (stock raises
@@ -36,6 +37,8 @@ rank, size = world.Get_rank(), world.Get_size()
 plain = world.Dup()
 problems: list[str] = []
 N = 3000   # elements of a non-empty block (several of the test pool's chunks)
+# what a rank that has no elements may pass, as mpi4py reads it
+NOTHING = ([None, MPI.INT], [None, None, MPI.INT], [MPI.BOTTOM, None, MPI.INT])
 
 
 def check(what: str, got, want) -> None:
@@ -55,22 +58,24 @@ def both(call) -> None:
 def gatherv(comm, label: str) -> None:
     # ranks > 0 send nothing, as [None, MPI.INT]; the root sends N
     counts = [N] + [0] * (size - 1)
-    send = np.arange(N, dtype="i") if rank == 0 else [None, MPI.INT]
-    out = {}
-    for name, c in (("cxlmpi", comm), ("stock", plain)):
-        recv = np.full(N, -1, "i") if rank == 0 else None
-        c.Igatherv(send, [recv, counts, [0] * size, MPI.INT] if rank == 0 else None, 0).Wait()
-        out[name] = recv
-    if rank == 0:
-        check(f"Igatherv, [None, type] senders, {label}", out["cxlmpi"], out["stock"])
+    for k, nothing in enumerate(NOTHING):
+        send = np.arange(N, dtype="i") + k if rank == 0 else nothing
+        out = {}
+        for name, c in (("cxlmpi", comm), ("stock", plain)):
+            recv = np.full(N, -1, "i") if rank == 0 else None
+            c.Igatherv(send, [recv, counts, [0] * size, MPI.INT] if rank == 0 else None,
+                       0).Wait()
+            out[name] = recv
+        if rank == 0:
+            check(f"Igatherv, senders of {nothing}, {label}", out["cxlmpi"], out["stock"])
 
 
 def gatherv_root_none(comm, label: str) -> None:
     # the root gathers nothing at all: [None, zeros, zeros, MPI.INT]
     zeros = [0] * size
-    for c in (comm, plain):
-        c.Igatherv([None, 0, MPI.INT], [None, zeros, zeros, MPI.INT] if rank == 0 else None,
-                   0).Wait()
+    for root_gets in ([None, zeros, zeros, MPI.INT], [None, None, None, MPI.INT]):
+        for c in (comm, plain):
+            c.Igatherv([None, 0, MPI.INT], root_gets if rank == 0 else None, 0).Wait()
 
 
 def scatterv(comm, label: str) -> None:
@@ -107,17 +112,24 @@ def alltoallv(comm, label: str) -> None:
 def allgatherv(comm, label: str) -> None:
     # rank 0 sends nothing as [None, MPI.INT]
     counts = [0] + [N] * (size - 1)
-    send = [None, MPI.INT] if rank == 0 else np.full(N, rank, "i")
-    out = {}
-    for name, c in (("cxlmpi", comm), ("stock", plain)):
-        recv = np.full(sum(counts), -1, "i")
-        c.Iallgatherv(send, [recv, counts, MPI.INT]).Wait()
-        out[name] = recv
-    check(f"Iallgatherv, a [None, type] sender, {label}", out["cxlmpi"], out["stock"])
+    for nothing in NOTHING:
+        send = nothing if rank == 0 else np.full(N, rank, "i")
+        out = {}
+        for name, c in (("cxlmpi", comm), ("stock", plain)):
+            recv = np.full(sum(counts), -1, "i")
+            c.Iallgatherv(send, [recv, counts, MPI.INT]).Wait()
+            out[name] = recv
+        check(f"Iallgatherv, a sender of {nothing}, {label}", out["cxlmpi"], out["stock"])
+
+
+def bcast(comm, label: str) -> None:
+    # nothing to broadcast: the root's empty array, the others' [None, None, type]
+    for c in (comm, plain):
+        c.Ibcast(np.empty(0, "i") if rank == 0 else NOTHING[1], 0).Wait()
 
 
 def empty() -> None:
-    for call in (gatherv, gatherv_root_none, scatterv, alltoallv, allgatherv):
+    for call in (gatherv, gatherv_root_none, scatterv, alltoallv, allgatherv, bcast):
         both(call)
 
 
