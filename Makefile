@@ -44,6 +44,8 @@ demo: $(VENV)/.built
 	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
 	@echo "--- the same training loop with its arrays in the pool (python -m cxlmpi --alloc)"
 	CXLMPI_ALLOC=1 $(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150
+	@echo "--- the same loop posting one Iallreduce per 2 MiB bucket, overlapped with the update"
+	$(PY) tools/compare.py -n $(NP) examples/train_allreduce.py -- --steps 150 --overlap
 	$(PY) tools/compare.py -n $(NP) examples/kmeans.py
 
 # The tests: lint, then the suite on MPICH (then Open MPI: `make test-openmpi`).
