@@ -271,3 +271,66 @@ def test_learning_starts_afresh_every_round(tmp_path: Path) -> None:
     pinned = _bench(2, ["--ops", "Bcast", "--sizes", "64K", "--learning", "5"], check=False)
     assert pinned.returncode != 0 and "--learning measures adaptive selection" in \
         pinned.stderr, pinned.stderr
+
+
+POSTED_ENV = {**SMALL_POOL_ENV, "CXLMPI_NONBLOCKING_THRESHOLD": "0", "CXLMPI_CACHE": "off"}
+
+
+def test_overlap_records_paths_and_validation(tmp_path: Path) -> None:
+    """--overlap --validate: one record per nonblocking collective, each
+    result equal to stock's on the same data, the path each form took (the
+    pool, posted and blocking alike, at 64 KiB under CXLMPI_TUNING=pool),
+    and the ratios derived from the timings it reports."""
+    out = tmp_path / "overlap.json"
+    run_mpi(2, ["-m", "cxlmpi.bench", "--overlap", "--overlap-ops", "all", "--sizes", "64K",
+                *FAST, "--validate", "--json", str(out)], env=POSTED_ENV, timeout=TIMEOUT)
+    data = json.loads(out.read_text())
+    records = data["records"]
+    assert [r["op"] for r in records] == [
+        "Iallreduce", "Ibcast", "Iallgather", "Igather", "Iscatter", "Ialltoall",
+        "Igatherv", "Iscatterv", "Ialltoallv"]
+    assert data["metadata"]["mode"] == "overlap"
+    assert data["metadata"]["bench"]["validate"] is True
+    for r in records:
+        assert r["valid"] is True and r["validation_errors"] == [], r
+        assert (r["posted_path"], r["blocking_path"]) == ("pool", "pool"), r
+        for who in ("stock", "cxlmpi"):
+            for key in ("blocking_us", "pure_us", "compute_us", "total_us"):
+                assert math.isfinite(r[f"{who}_{key}"]) and r[f"{who}_{key}"] > 0, r
+            assert 0 <= r[f"{who}_overlap_pct"] <= 100, r
+        assert r["speedup"] == pytest.approx(r["stock_total_us"] / r["cxlmpi_total_us"])
+        assert r["posted_over_blocking"] == pytest.approx(
+            r["cxlmpi_pure_us"] / r["cxlmpi_blocking_us"])
+
+
+CORRUPT_POSTED = """
+import sys
+import cxlmpi
+from cxlmpi.tools import bench, overlap
+
+arguments, counts = overlap.OVERLAP_OPS["Iallreduce"]
+
+def broken(comm, send, recv):
+    if isinstance(comm, cxlmpi.CXLComm):
+        send = send + 1            # cxlmpi's call reduces other data
+    return arguments(comm, send, recv)
+
+overlap.OVERLAP_OPS["Iallreduce"] = (broken, counts)
+sys.exit(bench.main(sys.argv[1:]))
+"""
+
+
+def test_overlap_validation_failure_is_loud(tmp_path: Path) -> None:
+    """A wrong posted result fails --overlap --validate: the record and
+    stderr say which, the exit status is 1; the other collective passes."""
+    out = tmp_path / "bad.json"
+    proc = run_mpi(2, ["-c", CORRUPT_POSTED, "--overlap", "--overlap-ops", "Iallreduce,Ibcast",
+                       "--sizes", "64K", *FAST, "--validate", "--json", str(out)],
+                   env=POSTED_ENV, timeout=TIMEOUT, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "VALIDATION FAILED: Iallreduce 64 KiB: rank 0: 8192 of 8192 elements differ" \
+        in proc.stderr
+    records = {r["op"]: r for r in json.loads(out.read_text())["records"]}
+    assert records["Iallreduce"]["valid"] is False
+    assert len(records["Iallreduce"]["validation_errors"]) == 2
+    assert records["Ibcast"]["valid"] is True

@@ -252,12 +252,18 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         records = run_overlap(args, sizes)
         meta = metadata(world, Settings(rounds=args.rounds, iterations=args.iterations,
                                         warmup=args.warmup, buffers=args.buffers,
-                                        data_varying=False, validate=False), argv)
+                                        data_varying=False, validate=args.validate), argv)
         meta["bench"]["method"] = "OSU overlap: post, compute, wait (cxlmpi.tools.overlap)"
         meta["mode"] = "overlap"
+        status = 0
+        for record in records:
+            for problem in record["validation_errors"]:
+                _say(rank, f"VALIDATION FAILED: {record['op']} "
+                           f"{format_size(record['size'])}: {problem}")
+                status = 1
         if rank == 0 and args.json:
             write_json(args.json, records, meta)
-        return 0
+        return int(world.bcast(status, root=0))
     if args.learning:
         # Learning from nothing: no cache read when a pool is set up, none
         # written when one is freed (a round would start from what the
