@@ -145,10 +145,10 @@ cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
         send = recv
     else:
         send = message(sendbuf, False, 0, 0, STAGE_DEVICE)
-        if recv is not None and (recv.tcode < 0 or not reducer_defined(opc, recv.tcode)):
-            return None   # (no reducer: MPI on every rank)
         if recv is not None and (send is None or send.count != recv.count or
                                  send.handle != recv.handle or aliased(send, recv)):
+            if recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+                return None   # (no reducer: MPI on every rank, before any refusal)
             return refused_here(comm, which, recv.nbytes,
                                 "the send message (a form the pool cannot read, another "
                                 "count or type than the receive message, or sharing its "

@@ -164,13 +164,12 @@ cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvb
     opc = op_code(op)
     if opc is None:
         return None
-    cdef Message send = None, recv
-    if sendbuf is _IN_PLACE:
-        recv = message(recvbuf, True, size, 0, STAGE_DEVICE)
-    else:
-        recv = message(recvbuf, True, 0, 0, STAGE_DEVICE)
-        if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
-            return None   # (no reducer: MPI on every rank)
+    cdef Message send = None
+    cdef Message recv = message(recvbuf, True, size if sendbuf is _IN_PLACE else 0, 0,
+                                STAGE_DEVICE)
+    if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
+        return None   # (no reducer: MPI on every rank, before any refusal)
+    if sendbuf is not _IN_PLACE:
         send = message(sendbuf, False, size, 0, STAGE_DEVICE)
         if send is None or send.count != recv.count or send.handle != recv.handle \
                 or aliased(send, recv):
@@ -178,8 +177,6 @@ cdef Plan nb_plan_reduce_scatter_block(object comm, object sendbuf, object recvb
                                 "the send message (a form the pool cannot read, another "
                                 "count or type than the receive blocks, or sharing their "
                                 "memory)")
-    if recv is None or recv.tcode < 0 or not reducer_defined(opc, recv.tcode):
-        return None
     base = recv.address if send is None else send.address
     return planned(comm, REDUCE_SCATTER_BLOCK, recv.nbytes * size, "post_reduce_scatter",
                    ([base + d * recv.nbytes for d in range(size)], [recv.count] * size,
