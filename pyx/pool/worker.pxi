@@ -9,7 +9,8 @@
 # call does (spin, then sleep on the awaited peer's word), so an idle
 # worker costs its rank's core nothing.  When a call ends, the worker
 # calls the completion function it was given (MPI_Grequest_complete on the
-# call's generalized request: cxlmpi._shim).
+# call's generalized request: cxlmpi._shim).  A caller that waits for a
+# call the worker has not taken yet runs it itself (`claim_or_wait`).
 #
 # The caller's side (cxlmpi._shim) keeps to two rules: it posts a call
 # only from what every rank holds alike (so each rank's worker meets the
@@ -141,43 +142,70 @@ cdef int run_op(state_t *st, cxl_op *o) noexcept nogil:
     return rc
 
 
-cdef void *worker_main(void *arg) noexcept nogil:
-    """The worker's thread: run the posted calls in order; sleep while
-    there is none; once stopping, end the calls still queued with
-    ERR_CLOSED (their requests complete: no Wait is left hanging), as
-    after a call that failed where the ranks are out of step (a timeout, a
-    peer gone: `broken_rc`; the caller closes the pool next)."""
-    cdef cxl_worker *w = <cxl_worker *>arg
-    cdef cxl_op *o
+cdef void run_posted(cxl_worker *w, cxl_op *o) noexcept nogil:
+    """Run `o`, the head of `w`'s calls, claimed (RUNNING) by this thread --
+    the worker's, or a caller's that waits for it (`claim_or_wait`) -- and
+    complete it; the lock is not held.  Once the worker is stopping, or a
+    call before broke the pool, it ends with ERR_CLOSED."""
     cdef int rc
+    if w.stopping or w.broken_rc != OK:
+        rc = ERR_CLOSED
+        w.st.failed_rank = w.st.rank
+    else:
+        rc = run_op(w.st, o)
+    o.failed_rank = w.st.failed_rank
+    o.zc = w.st.took_zc
+    o.still_s, o.lease_s = w.st.still_s, w.st.lease_s
+    if o.complete != NULL:   # (before DONE: a drained pool's caller may use MPI next)
+        o.complete(o.request, o.after, &rc)   # (an ordering barrier late: rc)
+    o.rc = rc
     pthread_mutex_lock(&w.mu)
-    while True:
-        while w.head == NULL and not w.stopping:
-            pthread_cond_wait(&w.work, &w.mu)
-        o = w.head
-        if o == NULL:
-            break
+    if rc != OK and rc != ERR_MISMATCH and rc != ERR_CLOSED and w.broken_rc == OK:
+        w.broken_rc, w.broken_rank = rc, o.failed_rank
+    w.head = o.next
+    if w.head == NULL:
+        w.tail = NULL
+    o.state = DONE          # (the op may be freed from here on)
+    pthread_cond_broadcast(&w.ended)
+    if w.head != NULL or w.stopping:
+        pthread_cond_broadcast(&w.work)   # (the next call, where a caller ran this one)
+
+
+cdef void claim_or_wait(cxl_worker *w) noexcept nogil:
+    """(lock held) A caller waits for a posted call to end: where the
+    worker has not taken the head call yet, the caller runs it itself, in
+    its own thread (the calls still run one at a time, in posting order),
+    so that a call waited for at once pays no hand-over to the worker and
+    back; else it sleeps until a call ends."""
+    cdef cxl_op *o = w.head
+    if o != NULL and o.state == QUEUED:
         o.state = RUNNING
         pthread_mutex_unlock(&w.mu)
-        if w.stopping or w.broken_rc != OK:
-            rc = ERR_CLOSED
-            w.st.failed_rank = w.st.rank
-        else:
-            rc = run_op(w.st, o)
-        o.failed_rank = w.st.failed_rank
-        o.zc = w.st.took_zc
-        o.still_s, o.lease_s = w.st.still_s, w.st.lease_s
-        if o.complete != NULL:   # (before DONE: a drained pool's caller may use MPI next)
-            o.complete(o.request, o.after, &rc)   # (an ordering barrier late: rc)
-        o.rc = rc
-        pthread_mutex_lock(&w.mu)
-        if rc != OK and rc != ERR_MISMATCH and rc != ERR_CLOSED and w.broken_rc == OK:
-            w.broken_rc, w.broken_rank = rc, o.failed_rank
-        w.head = o.next
-        if w.head == NULL:
-            w.tail = NULL
-        o.state = DONE          # (the op may be freed from here on)
-        pthread_cond_broadcast(&w.ended)
+        run_posted(w, o)    # (takes the lock back)
+    else:
+        pthread_cond_wait(&w.ended, &w.mu)
+
+
+cdef void *worker_main(void *arg) noexcept nogil:
+    """The worker's thread: run the posted calls in order; sleep while
+    there is none (or while a caller runs the head one); once stopping,
+    end the calls still queued with ERR_CLOSED (their requests complete:
+    no Wait is left hanging), as after a call that failed where the ranks
+    are out of step (a timeout, a peer gone: `broken_rc`; the caller
+    closes the pool next)."""
+    cdef cxl_worker *w = <cxl_worker *>arg
+    cdef cxl_op *o
+    pthread_mutex_lock(&w.mu)
+    while True:
+        o = w.head
+        if o == NULL and w.stopping:
+            break
+        if o == NULL or o.state != QUEUED:
+            pthread_cond_wait(&w.work, &w.mu)
+            continue
+        o.state = RUNNING
+        pthread_mutex_unlock(&w.mu)
+        run_posted(w, o)    # (takes the lock back)
     pthread_mutex_unlock(&w.mu)
     return NULL
 
@@ -365,7 +393,7 @@ cdef class Pool(_Collectives):
         with nogil:
             pthread_mutex_lock(&w.mu)
             while c.state != DONE:
-                pthread_cond_wait(&w.ended, &w.mu)
+                claim_or_wait(w)
             pthread_mutex_unlock(&w.mu)
 
     def drain(self):
@@ -377,7 +405,7 @@ cdef class Pool(_Collectives):
         with nogil:
             pthread_mutex_lock(&w.mu)
             while w.head != NULL:
-                pthread_cond_wait(&w.ended, &w.mu)
+                claim_or_wait(w)
             pthread_mutex_unlock(&w.mu)
 
     @property
