@@ -56,6 +56,10 @@ class Policy(Protocol):
         of the report, and the largest time a rank spent in its previous
         header call beyond the call's path (0: none measured)."""
 
+    def likely(self, which: int, sc: int, pl: int) -> int:
+        """The path code a posted call of class (which, sc, pl) takes while
+        the class has settled none (a pool path: 1 + variant flags)."""
+
     def pick(self, which: int, nbytes: int, ops: int) -> tuple[int, bool]:
         """(path code, whether the call is timed) for a call of collective
         `which` of `nbytes` (the agreed size) at the pool's call `ops`."""

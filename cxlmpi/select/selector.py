@@ -80,6 +80,12 @@ class Selector:
         return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
                           pl == 1, self.chunk, self.streaming, self.variants)
 
+    def likely(self, which: int, sc: int, pl: int) -> int:
+        """The path a posted call of class (which, sc, pl) takes while the
+        class has settled none: the likeliest pool path, the first pool
+        candidate that the class's learning would try."""
+        return next((c for c in self._candidates(which, sc, pl) if c != MPI_PATH), 1)
+
     def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
         learner = self.learners.get(key)
         if learner is None:

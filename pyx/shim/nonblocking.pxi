@@ -100,7 +100,10 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     """The Plan of a call of `nbytes` that the pool could take, or None
     (MPI): the communicator's pool (set up on its first call: collective,
     as for the blocking calls) on one host and ready, and its routes'
-    settled path for the class (an unsettled one: the pool's default).
+    settled path for the class; where it has settled none, the builtin
+    windows decide, as for a communicator without routes (a posted call
+    cannot time its paths), and the pool path is the likeliest variant of
+    the class (`unsettled_path`).
     `any_size`: a call whose size differs between ranks (Igatherv,
     Iscatterv, Ialltoallv, this rank's bytes), which no window or route
     decides: the pool's default path."""
@@ -119,7 +122,7 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
         pool.drain()
         if not pool.prepare():   # (collective: the same call on every rank)
             return None
-    cdef int code
+    cdef int code, sc, pl
     cdef Routes r = state.routes
     if any_size:
         code = 1
@@ -127,9 +130,11 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
         code = 1 if not adaptive or blo[which] <= nbytes < bhi[which] else 0
     else:
         sc = cxl_size_class(nbytes)
-        code = r.choice[which][sc][r.where[which][sc]]
-        if code < 0:
-            code = 1
+        pl = r.where[which][sc]
+        code = r.choice[which][sc][pl]
+        if code < 0:   # (settled none: the builtin windows, as with no routes)
+            code = unsettled_path(r, which, sc, pl) if blo[which] <= nbytes < bhi[which] \
+                else 0
     if code <= 0:
         return None
     if _refusals:

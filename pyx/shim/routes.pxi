@@ -27,6 +27,18 @@ cdef int check_class(int which, int sc, int pl) except -1:
         f"selection cache (CXLMPI_CACHE) if it was hand-made")
 
 
+cdef int unsettled_path(Routes r, int which, int sc, int pl) except -1:
+    """The path a posted call of class (which, sc, pl) takes where the class
+    has settled none (a posted call cannot time paths: its ranks do not
+    meet): the selector's likeliest pool path for the class, the same on
+    every rank, asked once per class."""
+    cdef int code = r.likely[which][sc][pl]
+    if code == 0:
+        code = r.selector.likely(which, sc, pl) if r.selector is not None else 1
+        r.likely[which][sc][pl] = code
+    return code
+
+
 cdef class Routes:
     """A communicator's settled choices, per collective x size class x
     placement (0 private, 1 pool: what the class's last pool call found),
@@ -36,6 +48,9 @@ cdef class Routes:
     cdef unsigned char where[NCOLL][CXL_NCLASSES]
     cdef uint64_t due[NCOLL][CXL_NCLASSES][2]
     cdef int first_skip[CXL_NCLASSES]   # run_skip of a class's first run (NEW), by size class
+    # The path a posted call takes where its class has settled none (0: not
+    # asked yet; see unsettled_path)
+    cdef signed char likely[NCOLL][CXL_NCLASSES][2]
     cdef const uint64_t *ops_ptr
     cdef object pool              # keeps the call counter (and the arenas) alive
     cdef public object selector
@@ -81,6 +96,7 @@ cdef class Routes:
         memset(self.where, 0, sizeof(self.where))
         memset(self.due, 0, sizeof(self.due))
         memset(self.first_skip, 0, sizeof(self.first_skip))
+        memset(self.likely, 0, sizeof(self.likely))
         self.run_which = -1
 
     def set(self, int which, int sc, int pl, int code, uint64_t due):
