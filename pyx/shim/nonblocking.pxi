@@ -131,7 +131,7 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     else:
         sc = cxl_size_class(nbytes)
         pl = r.where[which][sc]
-        code = r.choice[which][sc][pl]
+        code = r.posted[which][sc][pl]   # (never a timed run's candidate)
         if code < 0:   # (settled none: the builtin windows, as with no routes)
             code = unsettled_path(r, which, sc, pl) if blo[which] <= nbytes < bhi[which] \
                 else 0

@@ -48,6 +48,10 @@ cdef class Routes:
     cdef unsigned char where[NCOLL][CXL_NCLASSES]
     cdef uint64_t due[NCOLL][CXL_NCLASSES][2]
     cdef int first_skip[CXL_NCLASSES]   # run_skip of a class's first run (NEW), by size class
+    # What the policy set for each class (`set`), never a timed run's
+    # candidate (`start_run`): the path posted calls take, which cannot
+    # time one (CXL_PATH_SLOW, or NEW: none settled, see unsettled_path)
+    cdef signed char posted[NCOLL][CXL_NCLASSES][2]
     # The path a posted call takes where its class has settled none (0: not
     # asked yet; see unsettled_path)
     cdef signed char likely[NCOLL][CXL_NCLASSES][2]
@@ -97,11 +101,16 @@ cdef class Routes:
         memset(self.due, 0, sizeof(self.due))
         memset(self.first_skip, 0, sizeof(self.first_skip))
         memset(self.likely, 0, sizeof(self.likely))
+        memset(self.posted, CXL_PATH_SLOW, sizeof(self.posted))
         self.run_which = -1
 
     def set(self, int which, int sc, int pl, int code, uint64_t due):
         """Class (which, sc, pl) takes path `code` (CXL_PATH_SLOW: ask the selector)
-        until the call counter reaches `due`."""
+        until the call counter reaches `due`; so do its posted calls."""
+        self._put(which, sc, pl, code, due)
+        self.posted[which][sc][pl] = code
+
+    cdef _put(self, int which, int sc, int pl, int code, uint64_t due):
         check_class(which, sc, pl)
         if not CXL_PATH_NEW <= code <= CXL_PATH_MAX:
             from .errors import CXLMPIError
@@ -136,8 +145,8 @@ cdef class Routes:
         """Time the calls of class (which, sc, pl), on path `code`, until the
         call counter reaches `due` (or the next header step): a run; the
         first `skip` calls after its opening one only restart the timing
-        (`run_skip`)."""
-        self.set(which, sc, pl, code, due)
+        (`run_skip`).  Posted calls keep what `set` gave them."""
+        self._put(which, sc, pl, code, due)
         self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
         self.run_span = due > self.ops_ptr[0] + 1
         self.run_new = False

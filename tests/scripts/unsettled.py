@@ -8,7 +8,8 @@ without routes) and a pool call runs the class's likeliest variant (the
 selector's first pool candidate).  On a fresh communicator, with only
 posted calls of each class: Ibcast of 1 MiB (the builtin window of Bcast
 starts at 16 MiB) goes to MPI; Iallreduce of 1 MiB takes the pool with
-its likeliest variant; Iallgather takes the pool below the builtin
+its likeliest variant, also while a timed run of another variant is in
+flight for its class; Iallgather takes the pool below the builtin
 window's 512 KiB (all blocks together) and MPI above.  Every result is
 compared with stock's.  Rank 0 prints one line ``RESULT {json}``.
 """
@@ -70,6 +71,17 @@ req = comm.Iallreduce(a, got)
 posted("Iallreduce 1 MiB", req, "allreduce", n * 8, True)
 req.Wait()
 check("Iallreduce 1 MiB", got, want)
+
+# A timed run of another variant in flight for the class (a blocking call's
+# learning): posted calls keep what the policy settled (none here: the
+# likeliest variant), never the run's candidate.
+allreduce, sc = config.COLLECTIVES.index("allreduce"), select.size_class(n * 8)
+routes.start_run(allreduce, sc, 0, 1 + select.RSAG, 1 << 62)
+got = np.zeros(n)
+req = comm.Iallreduce(a, got)
+posted("Iallreduce 1 MiB beside a timed run", req, "allreduce", n * 8, True)
+req.Wait()
+check("Iallreduce 1 MiB beside a timed run", got, want)
 
 for block, in_window in ((1 << 13, True), (1 << 16, False)):   # 64 KiB, 512 KiB a rank
     a, got, want = data(block), np.zeros(block * size), np.zeros(block * size)
