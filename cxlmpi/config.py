@@ -299,14 +299,15 @@ VARIABLES: tuple[Variable, ...] = (
              "requests. It needs MPI started with `MPI_THREAD_MULTIPLE` (mpi4py's "
              "default); elsewhere, or with `0`, they all go to MPI.",
              agreed=True),
-    Variable("CXLMPI_NONBLOCKING_THRESHOLD", parse_size, "1M",
+    Variable("CXLMPI_NONBLOCKING_THRESHOLD", parse_size, "256K",
              "Smallest nonblocking or persistent collective (bytes, all blocks together) "
              "that goes through the pool; smaller ones go to MPI (but `Ibarrier`, and under "
              "`CXLMPI_TUNING=pool` `Igatherv`, `Iscatterv` and `Ialltoallv`, whose sizes "
              "only some ranks know: any size). A posted call pays a "
-             "generalized request and a hand-over to the worker thread and back, which "
-             "smaller calls do not earn back (measured with `python -m cxlmpi.bench "
-             "--overlap`; the figures are on the *Performance* page).",
+             "generalized request (and, where the worker runs it, a hand-over to the "
+             "worker thread and back), which smaller calls do not earn back (measured "
+             "with `python -m cxlmpi.bench --overlap`; the figures are on the "
+             "*Performance* page).",
              agreed=True),
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit. The object "
