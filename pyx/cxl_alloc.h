@@ -154,11 +154,11 @@ static inline int cxl_arena_owns(const cxl_arena *a, const void *p)
  * allocates and zeroes page after page until the filesystem is full, and
  * only then gives them back -- long, and meanwhile every other process
  * writing to /dev/shm gets ENOSPC or SIGBUS.  Refused when the free blocks
- * cannot hold the range's holes (pages already there need none: a rank
- * after the first finds a shared range reserved).  The free blocks are read
- * before the holes: a peer reserving the same range meanwhile takes as
- * much from both, so a range that fits is never refused.  Counted in
- * cxl_reserve_refused (per extension). */
+ * cannot hold the range's holes (pages already there need none).  A
+ * tmpfs reports pages fallocated but not yet written as holes too, so a
+ * range is reserved by one process only (ready_step: the pool's rank 0),
+ * never checked again by another.  Counted in cxl_reserve_refused (per
+ * extension). */
 #define CXL_TMPFS_MAGIC 0x01021994
 static uint64_t cxl_reserve_refused = 0;
 

@@ -179,17 +179,21 @@ cdef void prefault_heads(char *base, size_t slot_offset, size_t half,
 cdef int ready_step(state_t *st, int fd, size_t offset, size_t nbytes,
                     bint *reserved) noexcept nogil:
     """The first step of the first call that moves data through a pool
-    whose data halves are not reserved yet: every rank reserves them all
-    (the `nbytes` after the control lines of the segment at `offset` of
-    `fd`; a rank after the first finds them reserved), then all learn
-    whether every rank could (a header step: one that could not publishes
-    0) -- `reserved`, the same on every rank, so that all go on in the pool
-    or all go to MPI.  The call's signature rides on it (the caller set it):
-    a peer that sent the call to MPI, or calls that do not match, stop it
-    as they would the call's own first step.  OK, or the step's error."""
+    whose data halves are not reserved yet: the pool's rank 0 reserves them
+    all (the `nbytes` after the control lines of the segment at `offset` of
+    `fd`: one file, which every rank maps), then all learn whether it could
+    (a header step: a rank that could not publishes 0) -- `reserved`, the
+    same on every rank, so that all go on in the pool or all go to MPI.
+    One rank only: a tmpfs reports pages fallocated but not yet written as
+    holes, so a rank after the first, checking for room, found the range
+    it needs to be all holes and refused it where /dev/shm had no room for
+    it a second time (cxl_no_room).  The call's signature rides on the step
+    (the caller set it): a peer that sent the call to MPI, or calls that do
+    not match, stop it as they would the call's own first step.  OK, or the
+    step's error."""
     global ready_steps
     ready_steps += 1
-    cdef int err = reserve_file(fd, offset + st.slot_offset, nbytes)
+    cdef int err = reserve_file(fd, offset + st.slot_offset, nbytes) if st.rank == 0 else 0
     cdef uint64_t agreed = 0
     cdef uint64_t extra[2]
     cdef uint64_t most[2]
