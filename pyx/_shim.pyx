@@ -88,6 +88,16 @@ from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure, pair_hash, reducer_d
 cdef object _ndarray = None
 cdef object _Intracomm = MPI.Intracomm
 cdef object _IN_PLACE = MPI.IN_PLACE
+
+
+cdef inline object placed(object buf):
+    """`buf`, or MPI.IN_PLACE for None: mpi4py reads None as IN_PLACE
+    wherever a collective takes it (the send buffer of Allgather, Alltoall,
+    Allreduce, Reduce_scatter, Scan, ...; the root's of Gather and Reduce,
+    the root's receive buffer of Scatter), and so must the shim, whose
+    refusal of a message it cannot read would otherwise fail a call stock
+    runs."""
+    return _IN_PLACE if buf is None else buf
 cdef object _DATATYPE = MPI.Datatype
 cdef object _OP = MPI.Op
 cdef object _BYTE = MPI.BYTE

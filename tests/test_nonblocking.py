@@ -94,6 +94,22 @@ def test_a_rank_that_sends_nothing_as_none_posts_with_its_peers(nranks: int) -> 
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
+def test_none_as_in_place_takes_the_pool_as_stock_takes_it(nranks: int) -> None:
+    """None where mpi4py reads MPI.IN_PLACE (Allgather, Allreduce, Alltoall,
+    Scan, Reduce_scatter_block; the root's buffer of Reduce, Gather and
+    Scatter), posted and blocking, on a fresh communicator and again: the
+    pool takes every one, with stock's values.  Before, the posted forms
+    refused it as a message the pool cannot read, and every rank raised
+    (mpi4py's own test_cco_nb_buf under CXLMPI_TUNING=pool)."""
+    out = result(POOL, nranks, "none", script=FORMS)
+    assert out["ok"], out["problems"]
+    families = {"allgather", "allreduce", "alltoall", "scan", "reduce_scatter_block",
+                "reduce", "gather", "scatter"}
+    assert out["by"] == {k: 2 for k in families}, out
+    assert set(out["blocking"]) == families, out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
 def test_a_message_one_rank_cannot_post_fails_every_rank(nranks: int) -> None:
     """A root whose message the pool cannot take (its send buffer inside
     its receive vector's span; a negative count), on a first call and on a

@@ -13,6 +13,8 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
     the root knows the block: the ranks settle the path in a header step
     (`settle_rooted`)."""
     enter(self)
+    if root == comm_rank(self):
+        recvbuf = placed(recvbuf)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
@@ -54,6 +56,8 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
     """Scatter Vector: the ranks agree on the path and length in a
     header step, as for Gatherv."""
     enter(self)
+    if root == comm_rank(self):
+        recvbuf = placed(recvbuf)
     cdef double t0 = start(), t
     cdef Message recv
     cdef Vector vec
@@ -94,6 +98,7 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
 
 def Alltoall(self, sendbuf, recvbuf):
     """All to All Scatter/Gather: every rank sends block d to rank d."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     # Decided from the blocks this rank sends, as Allgather is.
@@ -154,6 +159,7 @@ def Alltoallv(self, sendbuf, recvbuf):
     Gatherv (where a rank whose blocks are all below the pool's window
     sends the call to MPI at once, and the others follow it).  IN_PLACE
     passes through (on every rank: it is required to match)."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
@@ -259,6 +265,7 @@ cdef Plan nb_plan_scatter(object comm, object sendbuf, object recvbuf, int root)
 
 def Ialltoall(self, sendbuf, recvbuf):
     """Nonblocking All to All."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
     return nb_request(self, plan, ALLTOALL, _I.Ialltoall, (sendbuf, recvbuf), False)
@@ -267,6 +274,8 @@ def Ialltoall(self, sendbuf, recvbuf):
 def Iscatter(self, sendbuf, recvbuf, int root=0):
     """Nonblocking Scatter."""
     enter_posting(self)
+    if root == comm_rank(self):
+        recvbuf = placed(recvbuf)
     return nb_request(self, nb_plan_scatter(self, sendbuf, recvbuf, root), SCATTER,
                       _I.Iscatter, (sendbuf, recvbuf, root), False)
 
@@ -357,12 +366,15 @@ cdef Plan nb_plan_alltoallv(object comm, object sendbuf, object recvbuf):
 def Iscatterv(self, sendbuf, recvbuf, int root=0):
     """Nonblocking Scatter Vector."""
     enter_posting(self)
+    if root == comm_rank(self):
+        recvbuf = placed(recvbuf)
     return nb_request(self, nb_plan_scatterv(self, sendbuf, recvbuf, root), SCATTERV,
                       _I.Iscatterv, (sendbuf, recvbuf, root), False)
 
 
 def Ialltoallv(self, sendbuf, recvbuf):
     """Nonblocking All to All Vector."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     return nb_request(self, nb_plan_alltoallv(self, sendbuf, recvbuf), ALLTOALLV,
                       _I.Ialltoallv, (sendbuf, recvbuf), False)
@@ -370,6 +382,7 @@ def Ialltoallv(self, sendbuf, recvbuf):
 
 def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoall."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
     return nb_request(self, plan, ALLTOALL, _I.Alltoall_init, (sendbuf, recvbuf, info), True)
@@ -378,6 +391,8 @@ def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
 def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Scatter."""
     enter_posting(self)
+    if root == comm_rank(self):
+        recvbuf = placed(recvbuf)
     return nb_request(self, nb_plan_scatter(self, sendbuf, recvbuf, root), SCATTER,
                       _I.Scatter_init, (sendbuf, recvbuf, root, info), True)
 
@@ -385,12 +400,15 @@ def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 def Scatterv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Scatterv."""
     enter_posting(self)
+    if root == comm_rank(self):
+        recvbuf = placed(recvbuf)
     return nb_request(self, nb_plan_scatterv(self, sendbuf, recvbuf, root), SCATTERV,
                       _I.Scatterv_init, (sendbuf, recvbuf, root, info), True)
 
 
 def Alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoallv."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     return nb_request(self, nb_plan_alltoallv(self, sendbuf, recvbuf), ALLTOALLV,
                       _I.Alltoallv_init, (sendbuf, recvbuf, info), True)

@@ -9,6 +9,7 @@
 
 def Allgather(self, sendbuf, recvbuf):
     """Gather to All."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     cdef int size = comm_size(self), rank = comm_rank(self), code = 0, zc = 0
@@ -68,6 +69,7 @@ def Allgather(self, sendbuf, recvbuf):
 
 def Allgatherv(self, sendbuf, recvbuf):
     """Gather to All Vector (the receive counts are known on every rank)."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     cdef Message send = None, recv = None
@@ -127,6 +129,8 @@ def Gather(self, sendbuf, recvbuf, int root=0):
     buffer may name more than the others send (MPICH takes it): the ranks
     settle the path in a header step (`settle_rooted`)."""
     enter(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
@@ -168,6 +172,8 @@ def Gatherv(self, sendbuf, recvbuf, int root=0):
     window (the root: every block) sends the call to MPI at once, and the
     others follow it (`alone`)."""
     enter(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     cdef double t0 = start(), t
     cdef Message send
     cdef Vector vec
@@ -243,6 +249,7 @@ cdef Plan nb_plan_move(object comm, int which, object sendbuf, object recvbuf):
 
 def Iallgather(self, sendbuf, recvbuf):
     """Nonblocking Gather to All."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
     return nb_request(self, plan, ALLGATHER, _I.Iallgather, (sendbuf, recvbuf), False)
@@ -323,6 +330,7 @@ cdef Plan nb_plan_gather(object comm, object sendbuf, object recvbuf, int root):
 
 def Iallgatherv(self, sendbuf, recvbuf):
     """Nonblocking Gather to All Vector."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     return nb_request(self, nb_plan_allgatherv(self, sendbuf, recvbuf), ALLGATHERV,
                       _I.Iallgatherv, (sendbuf, recvbuf), False)
@@ -331,6 +339,8 @@ def Iallgatherv(self, sendbuf, recvbuf):
 def Igather(self, sendbuf, recvbuf, int root=0):
     """Nonblocking Gather."""
     enter_posting(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     return nb_request(self, nb_plan_gather(self, sendbuf, recvbuf, root), GATHER,
                       _I.Igather, (sendbuf, recvbuf, root), False)
 
@@ -395,12 +405,15 @@ cdef Plan nb_plan_gatherv(object comm, object sendbuf, object recvbuf, int root)
 def Igatherv(self, sendbuf, recvbuf, int root=0):
     """Nonblocking Gather Vector."""
     enter_posting(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     return nb_request(self, nb_plan_gatherv(self, sendbuf, recvbuf, root), GATHERV,
                       _I.Igatherv, (sendbuf, recvbuf, root), False)
 
 
 def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgather."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
     return nb_request(self, plan, ALLGATHER, _I.Allgather_init, (sendbuf, recvbuf, info), True)
@@ -408,6 +421,7 @@ def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
 
 def Allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgatherv."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     return nb_request(self, nb_plan_allgatherv(self, sendbuf, recvbuf), ALLGATHERV,
                       _I.Allgatherv_init, (sendbuf, recvbuf, info), True)
@@ -416,6 +430,8 @@ def Allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
 def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Gather."""
     enter_posting(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     return nb_request(self, nb_plan_gather(self, sendbuf, recvbuf, root), GATHER,
                       _I.Gather_init, (sendbuf, recvbuf, root, info), True)
 
@@ -423,5 +439,7 @@ def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 def Gatherv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Gatherv."""
     enter_posting(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     return nb_request(self, nb_plan_gatherv(self, sendbuf, recvbuf, root), GATHERV,
                       _I.Gatherv_init, (sendbuf, recvbuf, root, info), True)

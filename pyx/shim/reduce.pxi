@@ -9,6 +9,8 @@
 def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     """Reduce to root."""
     enter(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int code = 0, zc = 0
@@ -43,6 +45,7 @@ def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
 
 def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
     """Reduce to all."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
@@ -76,12 +79,14 @@ def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
 
 def Scan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Inclusive Scan: rank r gets x0 op ... op xr."""
+    sendbuf = placed(sendbuf)
     _scan(self, SCAN, sendbuf, recvbuf, op)
 
 
 def Exscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Exclusive Scan: rank r gets x0 op ... op x(r-1); rank 0's receive
     buffer is left as it was (MPI leaves it undefined)."""
+    sendbuf = placed(sendbuf)
     _scan(self, EXSCAN, sendbuf, recvbuf, op)
 
 
@@ -174,12 +179,15 @@ cdef Plan nb_plan_reduce(object comm, int which, object sendbuf, object recvbuf,
 def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, int root=0):
     """Nonblocking Reduce to root."""
     enter_posting(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
     return nb_request(self, plan, REDUCE, _I.Ireduce, (sendbuf, recvbuf, op, root), False)
 
 
 def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking Reduce to all."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, ALLREDUCE, _I.Iallreduce, (sendbuf, recvbuf, op), False)
@@ -187,6 +195,7 @@ def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
 
 def Iscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking inclusive Scan."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, SCAN, _I.Iscan, (sendbuf, recvbuf, op), False)
@@ -194,6 +203,7 @@ def Iscan(self, sendbuf, recvbuf, op=MPI.SUM):
 
 def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking exclusive Scan."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, EXSCAN, _I.Iexscan, (sendbuf, recvbuf, op), False)
@@ -202,6 +212,8 @@ def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
 def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NULL):
     """Persistent Reduce."""
     enter_posting(self)
+    if root == comm_rank(self):
+        sendbuf = placed(sendbuf)
     plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
     return nb_request(self, plan, REDUCE,
                       _I.Reduce_init, (sendbuf, recvbuf, op, root, info), True)
@@ -209,6 +221,7 @@ def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NU
 
 def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent Allreduce."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, ALLREDUCE,
@@ -217,6 +230,7 @@ def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
 
 def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent inclusive Scan."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, SCAN, _I.Scan_init, (sendbuf, recvbuf, op, info), True)
@@ -224,6 +238,7 @@ def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
 
 def Exscan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent exclusive Scan."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, EXSCAN, _I.Exscan_init, (sendbuf, recvbuf, op, info), True)

@@ -7,6 +7,7 @@
 
 def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     """Reduce-Scatter Block (every rank gets one equal block)."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     if disabled or skip(self, REDUCE_SCATTER_BLOCK,
@@ -112,6 +113,7 @@ def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
     """Reduce-Scatter (vector: rank d gets recvcounts[d] elements).
     Without recvcounts, stock mpi4py first gathers them through MPI; such
     calls pass through."""
+    sendbuf = placed(sendbuf)
     enter(self)
     cdef double t0 = start(), t
     cdef Message send, recv
@@ -204,6 +206,7 @@ cdef Plan nb_plan_reduce_scatter(object comm, object sendbuf, object recvbuf,
 
 def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking Reduce-Scatter Block."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
     return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
@@ -212,6 +215,7 @@ def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
 
 def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
     """Nonblocking Reduce-Scatter."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
                       REDUCE_SCATTER, _I.Ireduce_scatter, (sendbuf, recvbuf, recvcounts, op),
@@ -220,6 +224,7 @@ def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
 
 def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent Reduce-Scatter Block."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
     return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
@@ -229,6 +234,7 @@ def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_
 def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM,
                         info=MPI.INFO_NULL):
     """Persistent Reduce-Scatter."""
+    sendbuf = placed(sendbuf)
     enter_posting(self)
     return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
                       REDUCE_SCATTER, _I.Reduce_scatter_init,

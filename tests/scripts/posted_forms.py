@@ -14,6 +14,9 @@ Rank 0 prints one line ``RESULT {json}``.  Scenarios:
            None, MPI.INT]``, ``[None, counts, displs, MPI.INT]`` with zero
            counts: Iallgatherv, Igatherv, Iscatterv, Ialltoallv, Ibcast give
            stock's values, through the pool
+  none     None where mpi4py reads it as MPI.IN_PLACE (Allgather, Allreduce,
+           Alltoall, Scan, Reduce_scatter_block; the root of Reduce, Gather,
+           Scatter), posted and blocking: stock's values, through the pool
   refused  a root whose send buffer lies inside its receive vector's span
            (MPICH takes it), a root naming a negative count (stock raises
            on the root): every rank raises CXLMPIMessageError, none hangs,
@@ -158,11 +161,51 @@ def refused() -> None:
             plain.Barrier()   # (every rank got here: none hangs)
 
 
-{"empty": empty, "refused": refused}[SCENARIO]()
+def in_place_as_none() -> None:
+    """mpi4py reads None as MPI.IN_PLACE where a collective takes it: each
+    such call, posted and blocking, on a fresh communicator and again,
+    against stock's in-place call on the same data."""
+    n = N
+
+    def calls(comm, label: str) -> None:
+        def run(name, make, args):
+            """`make()` (the buffers) for both; `args(buf)`: the call's
+            arguments with None where stock gets IN_PLACE."""
+            for form in (name, "I" + name[0].lower() + name[1:]):
+                got, want = make(), make()
+                result = getattr(comm, form)(*args(got, None))
+                if form != name:
+                    result.Wait()
+                getattr(plain, name)(*args(want, MPI.IN_PLACE))
+                check(f"{form}(None) {label}", got, want)
+
+        base = lambda k: (np.arange(k) % 7 + rank + 1).astype("d")  # noqa: E731
+        run("Allgather", lambda: np.where(np.arange(n * size) // n == rank,
+                                          np.arange(n * size) % 5 + rank, 0.0),
+            lambda b, ip: (ip, b))
+        run("Allreduce", lambda: base(n), lambda b, ip: (ip, b))
+        run("Alltoall", lambda: base(n * size), lambda b, ip: (ip, b))
+        run("Scan", lambda: base(n), lambda b, ip: (ip, b))
+        run("Reduce_scatter_block", lambda: base(n * size), lambda b, ip: (ip, b))
+        run("Reduce", lambda: base(n), lambda b, ip: (ip if rank == 0 else b, b if rank == 0
+                                                       else None, MPI.SUM, 0))
+        run("Gather", lambda: np.where(np.arange(n * size) // n == rank, 1.0 + rank, 0.0),
+            lambda b, ip: (ip if rank == 0 else b[rank * n:(rank + 1) * n],
+                           b if rank == 0 else None, 0))
+        run("Scatter", lambda: base(n * size) if rank == 0 else base(n),
+            lambda b, ip: (b if rank == 0 else None, ip if rank == 0 else b, 0))
+
+    both(calls)
+
+
+{"empty": empty, "refused": refused, "none": in_place_as_none}[SCENARIO]()
 rows = _shim.nonblocking_rows()
 problems = [p for ps in plain.allgather(problems) for p in ps]
 if rank == 0:
     print("RESULT " + json.dumps({"ok": not problems, "problems": problems[:10],
                                   "by": {k: r[0] for k, r in rows.items() if r[0]},
-                                  "passed": {k: r[1] for k, r in rows.items() if r[1]}}),
+                                  "passed": {k: r[1] for k, r in rows.items() if r[1]},
+                                  "blocking": {k: int(v["pool_calls"]) for k, v in
+                                               cxlmpi.stats().items()
+                                               if v.get("pool_calls") and k in rows}}),
           flush=True)
