@@ -142,6 +142,9 @@ cdef object _device_type(object obj):
         # consumed, hands it back to its producer when it is freed)
         t = <cxl_dltensor *>PyCapsule_GetPointer(capsule, "dltensor")
         kind = _DL_KINDS.get(t.code)
+        if t.code == 2 and t.lanes == 2 and t.bits in (32, 64, 128):
+            # two float lanes: a complex number, as mpi4py reads them
+            return format_type(numpy.dtype(f"c{t.bits // 4}").char)
         if kind is None or t.lanes != 1 or t.bits % 8:
             return None
         return format_type(numpy.dtype(f"{kind}{t.bits // 8}").char)
