@@ -98,7 +98,8 @@ def test_none_as_in_place_takes_the_pool_as_stock_takes_it(nranks: int) -> None:
     """None where mpi4py reads MPI.IN_PLACE (Allgather, Allreduce, Alltoall,
     Scan, Reduce_scatter_block; the root's buffer of Reduce, Gather and
     Scatter), posted and blocking, on a fresh communicator and again: the
-    pool takes every one, with stock's values.  Before, the posted forms
+    pool takes every one (but the blocking Scatter, which goes to MPI on
+    every rank), with stock's values.  Before, the posted forms
     refused it as a message the pool cannot read, and every rank raised
     (mpi4py's own test_cco_nb_buf under CXLMPI_TUNING=pool)."""
     out = result(POOL, nranks, "none", script=FORMS)
@@ -106,7 +107,8 @@ def test_none_as_in_place_takes_the_pool_as_stock_takes_it(nranks: int) -> None:
     families = {"allgather", "allreduce", "alltoall", "scan", "reduce_scatter_block",
                 "reduce", "gather", "scatter"}
     assert out["by"] == {k: 2 for k in families}, out
-    assert set(out["blocking"]) == families, out
+    # (a blocking Scatter whose root passes None goes to MPI: see Scatter)
+    assert set(out["blocking"]) == families - {"scatter"}, out
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

@@ -13,6 +13,7 @@ import grp
 import json
 import multiprocessing
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -399,6 +400,7 @@ def test_paused_job_in_another_pid_namespace_keeps_its_partition(
         inner_pid, offset = map(int, proc.stdout.readline().split())
         assert inner_pid == 1                        # the premise: a namespace of its own
         job = _process_in(proc.pid)
+        exited = os.pidfd_open(job)   # (readable once the job has exited)
         dev = fresh(spec)
         [theirs] = dev.entries()
         assert not theirs["this_host"] and theirs["liveness"] == "alive", theirs
@@ -421,6 +423,9 @@ def test_paused_job_in_another_pid_namespace_keeps_its_partition(
             assert f.read(4096) == b"\xee" * 4096          # their data, intact
         proc.kill()
         proc.wait()
+        # (unshare --kill-child kills the job once unshare is gone: wait for it)
+        assert select.select([exited], [], [], 60)[0], "the job outlived unshare"
+        os.close(exited)
         assert dev.claim(4 * MIB, 1)[2] == offset           # gone now: reclaimed
         dev.close()
     finally:

@@ -11,10 +11,11 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
     """Scatter data from one process to all other processes.  A receive
     buffer may name more than the root sends (MPICH takes it), and only
     the root knows the block: the ranks settle the path in a header step
-    (`settle_rooted`)."""
+    (`settle_rooted`).  A root whose receive buffer is None (IN_PLACE to
+    mpi4py) sends the call to MPI, and its peers follow: MPI's Scatter does
+    not make a receiver wait for the others, the pool's does, and programs
+    lean on that (tests/scripts/run_ahead.py)."""
     enter(self)
-    if root == comm_rank(self):
-        recvbuf = placed(recvbuf)
     cdef double t0 = start(), t
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
@@ -56,8 +57,6 @@ def Scatterv(self, sendbuf, recvbuf, int root=0):
     """Scatter Vector: the ranks agree on the path and length in a
     header step, as for Gatherv."""
     enter(self)
-    if root == comm_rank(self):
-        recvbuf = placed(recvbuf)
     cdef double t0 = start(), t
     cdef Message recv
     cdef Vector vec
