@@ -15,7 +15,7 @@ import cxlmpi
 
 __all__ = ["BENCHMARKS", "DEFAULT_OPS", "BUFFER_KINDS", "ROOT", "Collective", "Buffers",
            "BenchError", "allocate", "make_buffers", "fill_pattern", "cases_to_measure",
-           "describe_mismatch", "validate"]
+           "describe_mismatch", "problems_at_root", "validate"]
 
 ROOT = 0
 
@@ -233,7 +233,13 @@ def validate(op: Collective, count: int, kind: str, stock: MPI.Intracomm,
     problem = None
     if op.defined(rank, nranks) and outputs[0] is not None and outputs[1] is not None:
         problem = describe_mismatch(outputs[0], outputs[1])
-    found = stock.gather(problem, root=0)
+    return problems_at_root(stock, problem)
+
+
+def problems_at_root(comm: MPI.Intracomm, problem: str | None) -> list[str] | None:
+    """Collective: every rank's `problem` (None: none) gathered on rank 0,
+    one line per rank that has one; None on the other ranks."""
+    found = comm.gather(problem, root=0)
     if found is None:
         return None
     return [f"rank {r}: {text}" for r, text in enumerate(found) if text is not None]

@@ -25,7 +25,7 @@ from mpi4py import MPI
 import cxlmpi
 
 from .measure import _pool_path
-from .operations import SENTINEL, allocate, describe_mismatch, fill_pattern
+from .operations import SENTINEL, allocate, describe_mismatch, fill_pattern, problems_at_root
 from .report import Progress, format_size
 
 __all__ = ["OVERLAP_OPS", "run_overlap"]
@@ -135,11 +135,8 @@ def _validate(stock: MPI.Intracomm, wrapped: MPI.Intracomm, name: str, n: int,
         getattr(comm, name)(*arguments(comm, send, recv)).Wait()
         outputs.append(np.array(send if recv is None else recv))
     defined = rank == 0 or name not in ("Igather", "Igatherv")
-    problem = describe_mismatch(outputs[0], outputs[1]) if defined else None
-    found = stock.gather(problem, root=0)
-    if found is None:
-        return None
-    return [f"rank {r}: {text}" for r, text in enumerate(found) if text is not None]
+    return problems_at_root(stock, describe_mismatch(outputs[0], outputs[1]) if defined
+                            else None)
 
 
 def run_overlap(args: argparse.Namespace, sizes: list[int]) -> list[dict[str, Any]]:
