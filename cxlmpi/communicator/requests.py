@@ -16,10 +16,8 @@ A persistent collective (``comm.Allreduce_init(a, b)``) is planned once:
 `PersistentRequest.Start` posts the same plan each time and takes the
 generalized request's handle, so ``Wait``/``Test``/``Waitall`` see an MPI
 request while it is active and ``MPI_REQUEST_NULL`` (inactive) after.
-Start it with its own ``Start`` or with ``PersistentRequest.Startall``
-(which starts stock persistent requests in the same list too); stock
-``MPI.Prequest.Startall`` cannot start it (MPI would be handed a request it
-did not make).
+Lists start with ``MPI.Prequest.Startall`` as with stock requests (see
+`_route_stock_startall`), stock persistent requests in the same list too.
 """
 
 from __future__ import annotations
@@ -237,14 +235,18 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
 
     @staticmethod
     def Startall(requests: list[MPI.Prequest]) -> None:  # noqa: N802
-        """Start every request of the list: these in the pool, the others
-        (stock persistent requests) through MPI."""
-        stock = [r for r in requests if not isinstance(r, PersistentRequest)]
-        for r in requests:
-            if isinstance(r, PersistentRequest):
+        """Start every request of the list in its order: these in the pool,
+        each run of stock persistent requests between them through MPI."""
+        stock: list[MPI.Prequest] = []
+        for r in [*requests, None]:
+            if r is not None and not isinstance(r, PersistentRequest):
+                stock.append(r)
+                continue
+            if stock:
+                _STOCK_STARTALL(stock)
+                stock = []
+            if r is not None:
                 r.Start()
-        if stock:
-            MPI.Prequest.Startall(stock)
 
     def Free(self) -> None:  # noqa: N802
         """Free the request (once inactive, as MPI requires)."""
@@ -258,8 +260,37 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
         self._plan = None
 
 
+# MPI_Startall cannot start a request MPI did not make, and a program
+# written for mpi4py starts lists with ``MPI.Prequest.Startall``: once the
+# pool has made a persistent request, that classmethod hands lists holding
+# one to `PersistentRequest.Startall`, and the others to MPI as before.
+# mpi4py's types are immutable; the classmethod is swapped in the type's own
+# dict (CPython's, reached through the mappingproxy), which keeps every
+# other property of MPI.Prequest, its identity included.
+_STOCK_STARTALL = MPI.Prequest.Startall
+
+
+def _startall(cls: type, requests: list[MPI.Prequest]) -> None:
+    if any(isinstance(r, PersistentRequest) for r in requests):
+        PersistentRequest.Startall(requests)
+    else:
+        _STOCK_STARTALL(requests)
+
+
+def _route_stock_startall() -> None:
+    namespace = MPI.Prequest.__dict__
+    if namespace["Startall"].__func__ is _startall:
+        return
+    import gc
+
+    (members,) = [d for d in gc.get_referents(namespace) if isinstance(d, dict)]
+    members["Startall"] = classmethod(_startall)
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(MPI.Prequest))
+
+
 def persistent(comm: MPI.Intracomm, plan: Any) -> PersistentRequest:
     """The request of a persistent collective that the pool takes."""
+    _route_stock_startall()
     request = PersistentRequest()
     request._comm, request._plan, request._record, request._freed = comm, plan, None, False
     return request
