@@ -511,6 +511,12 @@ class Learner:
         learner.best, learner.runner_up, learner.phase = best, runner, 1
         # Checked again soon, then spaced as learned: the cache's decision
         # was made by another program (tune, a benchmark), whose data may
-        # have been cold where this one's is hot.
+        # have been cold where this one's is hot.  A pool path is checked
+        # against MPI first, the reference, as if it had just displaced it
+        # (a 256 KiB Scatter's cached streaming path, 0.75x of this job's
+        # MPI, was checked against the cached runner-up, and against MPI
+        # 2000 calls later).
         learner.interval = MIN_INTERVAL
+        if best != MPI_PATH and MPI_PATH in cands:
+            learner.displaced = MPI_PATH
         return learner

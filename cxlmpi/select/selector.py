@@ -202,6 +202,18 @@ class Selector:
         self.routes.start_run(which, sc, pl, code, ops + calls, learner.cold_skip(code))
         return code
 
+    def abandon_run(self) -> None:
+        """The run in flight, whose header steps carried no report while it
+        went on (cxlmpi._shim `run_goes_on`), met a call of its collective
+        in another size class: it ends untimed, alike on every rank, and
+        its class's tries are single calls from then on."""
+        run = self.routes.peek_run()
+        self.routes.finish_run()
+        if run is not None:
+            learner = self.learners.get(run[:3])
+            if learner is not None:
+                learner.untimed(run[3])
+
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,
                 nanoseconds: int) -> None:
         """A learning call finished on this rank in `nanoseconds`; its

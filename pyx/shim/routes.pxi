@@ -87,6 +87,10 @@ cdef class Routes:
     # look came out 3-5x its later calls' time (350 against 70-100 us),
     # and the class dropped it after one look.
     cdef int run_skip
+    # Counted calls per call of the run (run_ended_call's "no other call
+    # between"): 2 for a pool run of a collective whose every call opens
+    # with a header step (`settled_by_header`), else 1
+    cdef int run_step
     cdef double run_seconds, run_last
     cdef uint64_t run_last_ops
     cdef long run_calls
@@ -146,9 +150,13 @@ cdef class Routes:
         call counter reaches `due` (or the next header step): a run; the
         first `skip` calls after its opening one only restart the timing
         (`run_skip`).  Posted calls keep what `set` gave them."""
+        cdef uint64_t ops = self.ops_ptr[0]
+        self.run_span = due > ops + 1
+        self.run_step = 2 if code > 0 and settled_by_header(which) else 1
+        if due > ops:   # (`due - ops` calls of the class, counted as they count)
+            due = ops + (due - ops) * self.run_step
         self._put(which, sc, pl, code, due)
         self.run_which, self.run_sc, self.run_pl, self.run_code = which, sc, pl, code
-        self.run_span = due > self.ops_ptr[0] + 1
         self.run_new = False
         self.run_skip = skip
         self.run_seconds = self.run_last = 0.0
@@ -210,13 +218,35 @@ cdef inline void set_run_routes(PyObject *routes) noexcept:
     Py_XDECREF(held)
 
 
+cdef inline bint settled_by_header(int which) noexcept:
+    """Whether every call of `which` that may take the pool settles its
+    path in a header step of its own (run.pxi `settle`): only some ranks
+    know its sizes."""
+    return which == GATHER or which == SCATTER or which == GATHERV or \
+        which == SCATTERV or which == ALLTOALLV
+
+
+cdef inline bint run_goes_on(Routes r, int which) noexcept:
+    """Whether the header step of a call of `which` about to start (`settle`)
+    is one of the run in flight, not its last: that step carries no
+    report and leaves the run going, so that a run of a collective whose
+    every call has a header step is timed end to end as the others' are
+    (a step ended it after one call, timed alone: a 256 KiB Scatter's
+    streaming path, which lets the root write and go, read 16 us where
+    back to back it takes 25, and MPI's call, which waits for both, 30
+    where it takes 19 -- the class kept the path at 0.7x of stock).  From
+    what every rank holds alike: the run, the call counter."""
+    return r.run_which == which and r.run_span and \
+        r.ops_ptr[0] + 1 < r.due[which][r.run_sc][r.run_pl]
+
+
 cdef inline void run_ended_call(Routes r) noexcept:
     """A call of a run timed end to end has ended (see Routes.run_span)."""
     cdef double end = now()
     if r.run_last > 0:   # (not the run's opening call)
         if r.run_skip > 0:   # still in the untimed half, back to back or not
             r.run_skip -= 1
-        elif r.ops_ptr[0] == r.run_last_ops + 1:
+        elif r.ops_ptr[0] == r.run_last_ops + r.run_step:
             r.run_seconds += end - r.run_last
             r.run_calls += 1
     r.run_last = end
@@ -299,8 +329,29 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     if not agreed & 1:   # every rank's buffers are in the arenas
         r.where[which][cxl_size_class((agreed >> 1) - 1)] = 1
     code, learning = sel.pick(which, (agreed >> 1) - 1, r.ops_ptr[0])
+    line_up(comm, state)
     r.spent_ns = <uint64_t>((now() - t0) * 1e9)
     return code if code != 0 else FOLLOW   # every rank knows: no pass mark
+
+
+cdef int line_up(object comm, object state) except -1:
+    """Start a learning call timed alone (a single-call run, not one timed
+    end to end) on every rank at once.  After the header step each rank
+    does the selector's bookkeeping, and a rank done first waited for the
+    other inside the timed call -- on a path that waits for its peers
+    (MPI's, the pool's plain Scatter) but not on one whose root writes
+    and goes (the streaming Scatter): a 256 KiB Scatter's MPI tries read
+    100-140 us where MPI takes 20, and the class kept a path at 0.7x of
+    stock.  A pool barrier (one more call, counted alike on every rank)
+    puts the ranks level; the try then times its path alone."""
+    cdef Routes r = state.routes
+    if not learning or r is None or r.run_span or r.run_which < 0:
+        return 0
+    try:
+        state.pool.barrier()
+    except PoolFailure as exc:
+        raise run_failed(comm, exc) from None
+    return 0
 
 
 cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:

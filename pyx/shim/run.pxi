@@ -87,8 +87,12 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     cdef uint64_t agreed, most, spent
     cdef Routes r = state.routes
     cdef double t0 = 0.0
+    cdef bint going = r is not None and run_goes_on(r, which)
     try:
         if r is None:
+            agreed = state.pool.agree(REFUSED if refused is not None else local,
+                                      COLLECTIVES[which], root, pairs)
+        elif going:   # (no report: the run goes on)
             agreed = state.pool.agree(REFUSED if refused is not None else local,
                                       COLLECTIVES[which], root, pairs)
         else:
@@ -103,7 +107,7 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
                 return None, 0, FOLLOW
             raise refused from None
         raise run_failed(comm, exc) from None
-    if r is not None:
+    if r is not None and not going:
         r.selector.delivered(most, spent)
         r.spent_ns = <uint64_t>((now() - t0) * 1e9)
     if refused is not None:
@@ -116,7 +120,10 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
             f"its buffer (that rank raised the details)")
     if agreed == 0 or not within(which, (agreed - 1) * size):
         return None, 0, FOLLOW
+    if going and cxl_size_class((agreed - 1) * size) != r.run_sc:
+        r.selector.abandon_run()   # (a call of another size: the run ends untimed)
     code = take_agreed(state, which, (agreed - 1) * size)
+    line_up(comm, state)
     return (state, agreed, code) if code > 0 else (state, agreed, FOLLOW)
 
 
