@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from cxlmpi import config, select
+from cxlmpi import _shim, config, select
 from cxlmpi.select import MPI_PATH, NEW, SLOW, Selector, code_of, size_class
 
 BCAST = config.COLLECTIVES.index("bcast")
@@ -59,11 +59,17 @@ class Routes:
         # of its calls to the end of the next, where no other call of the
         # communicator came between
         self.span = due > self.counter + 1
+        self.spans: list[float] = []   # (its calls' times, when timed end to end)
         self.last = None
         self.new = False   # opened by a class's first call (NEW)
 
     def peek_run(self):
-        return None if self.run is None else tuple(self.run) + (self.skip > 0,)
+        if self.run is None:
+            return None
+        run = list(self.run)
+        if self.span and self.spans:   # the middle half's mean per call, as compiled
+            run[4] = _shim.run_figure(self.spans) * run[5]
+        return tuple(run) + (self.skip > 0,)
 
     def finish_run(self) -> None:
         self.run = None
@@ -84,6 +90,8 @@ class Routes:
                 return True   # a call of the run; its end starts the next span
         self.run[4] += seconds
         self.run[5] += 1
+        if self.span:
+            self.spans.append(seconds)
         return True
 
     def placement(self, which: int, sc: int) -> int:

@@ -12,7 +12,7 @@ import random
 import pytest
 from select_sim import ALLREDUCE, BCAST, CHUNK, COLD, TOUCH, Job, Routes, alone, fixed, realistic
 
-from cxlmpi import config, select
+from cxlmpi import _shim, config, select
 from cxlmpi.select import MPI_PATH, Learner, Selector, cache, code_of, size_class
 
 
@@ -393,6 +393,31 @@ def test_an_outlier_look_does_not_lose_the_best_path() -> None:
     assert len(looks) >= 3 and looks[2] < 1000
     assert paths[10000:].count(pool) >= 0.99 * 10000
     assert job.time <= 1.03 * alone(1.0e-3, 20000, 16 << 20), job.time
+
+
+def test_a_span_that_held_other_work_does_not_decide_a_run() -> None:
+    """A run is timed end to end, and a span between two of its calls may
+    hold the program's other work (a benchmark's batch of stock calls:
+    3 ms among spans of 20 us).  A run's figure is its spans' middle-half
+    mean: such a span does not hand a 256 KiB class whose MPI is the
+    fastest to a slower pool path (by the spans' plain mean, one straddled
+    MPI run read 200 us and the class took the streaming path)."""
+    base = fixed({"mpi": 20e-6, "pool": 26e-6, "pool+stream": 24e-6,
+                  "pool+bigchunk": 60e-6, "pool+stream+bigchunk": 60e-6})
+
+    def cost(code: int, call: int) -> float:
+        # every 110th call comes after other work, whatever its path
+        return base(code, call) + (3e-3 if call % 110 == 0 else 0.0)
+
+    job = realistic()
+    paths = [job.call(BCAST, 1 << 18, cost, call) for call in range(4000)]
+    assert paths[2000:].count(MPI_PATH) >= 0.98 * 2000, paths[2000:].count(MPI_PATH)
+    assert job.decisions()[0] == job.decisions()[1]
+    spans = [20e-6] * 7 + [3e-3]
+    assert _shim.run_figure(spans) == pytest.approx(20e-6)
+    assert _shim.run_figure([5.0, 1.0, 3.0]) == pytest.approx(3.0)
+    assert _shim.run_figure(list(range(1, 13))) == pytest.approx(6.5)   # (4..9)
+    assert _shim.run_figure([1.0, 3.0]) == pytest.approx(2.0)
 
 
 def test_a_run_cut_short_before_its_timed_half_keeps_the_class_in_runs() -> None:
