@@ -20,6 +20,11 @@ def Scatter(self, sendbuf, recvbuf, int root=0):
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
     cdef Py_ssize_t block = 0
+    if 0 <= root < size and rooted_skip(self, SCATTER, sendbuf, recvbuf, rank == root, size):
+        to_mpi(self)
+        pass_move(self, CXL_MPI_SCATTER, sendbuf, recvbuf, root)
+        passed(SCATTER, t0)
+        return
     state, agreed, code, send, recv, parsed = settle_rooted(
         self, SCATTER, sendbuf, recvbuf, root, size, rank)
     if code <= 0:

@@ -135,6 +135,11 @@ def Gather(self, sendbuf, recvbuf, int root=0):
     cdef Message send, recv
     cdef int size = comm_size(self), rank = comm_rank(self), code, zc = 0
     cdef Py_ssize_t block = 0
+    if 0 <= root < size and rooted_skip(self, GATHER, recvbuf, sendbuf, rank == root, size):
+        to_mpi(self)
+        pass_move(self, CXL_MPI_GATHER, sendbuf, recvbuf, root)
+        passed(GATHER, t0)
+        return
     state, agreed, code, recv, send, parsed = settle_rooted(
         self, GATHER, sendbuf, recvbuf, root, size, rank)
     if code <= 0:
