@@ -131,11 +131,14 @@ def test_runs_of_collectives_with_a_header_step_each_call_are_timed_end_to_end(
     25, MPI's 30 against 19: the class kept a path at 0.7x of stock).  A
     run's own header steps leave it going now: a pool run of Scatter and
     an MPI run of Gatherv time every call after the opening one, a call
-    of another size ends the run on every rank, and every result is
-    stock's."""
+    of another size ends the run on every rank -- and no rank keeps its
+    report pending from a header step a peer's pass cut short (that rank
+    alone carried it into the next step: a mismatch on every rank) --
+    and every result is stock's."""
     proc = run_mpi(nranks, [HEADER_RUNS], env=ADAPTIVE_ENV)
     result = tagged_json(proc.stdout, "RESULT")
     assert result["same"], result
     assert result["scatter"] == result["gatherv"] == list(range(7)), result
     assert result["other_size"][:2] == [result["class"]] * 2, result
     assert result["other_size"][2] != result["class"], result
+    assert result["stale_report"] is False, result

@@ -205,14 +205,23 @@ class Selector:
     def abandon_run(self) -> None:
         """The run in flight, whose header steps carried no report while it
         went on (cxlmpi._shim `run_goes_on`), met a call of its collective
-        in another size class: it ends untimed, alike on every rank, and
-        its class's tries are single calls from then on."""
+        in another class (size or placement): it ends untimed, alike on
+        every rank, its class asks the learner again at its next call, and
+        its tries are single calls from then on."""
         run = self.routes.peek_run()
         self.routes.finish_run()
-        if run is not None:
-            learner = self.learners.get(run[:3])
-            if learner is not None:
-                learner.untimed(run[3])
+        # (a header step that a peer's pass cut short left this run's
+        # report pending on the ranks that took it: the report is gone)
+        self.pending = None
+        if run is None:
+            return
+        key = run[:3]
+        learner = self.learners.get(key)
+        if learner is None:
+            self.routes.set(*key, SLOW, 0)
+            return
+        learner.untimed(run[3])
+        self._publish(key, learner, self.routes.ops())   # (not the try's path and due)
 
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,
                 nanoseconds: int) -> None:

@@ -376,8 +376,8 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
     if not agreed & 1:   # every rank's buffers are in the arenas
         r.where[which][cxl_size_class((agreed >> 1) - 1)] = 1
     code, learning = sel.pick(which, (agreed >> 1) - 1, r.ops_ptr[0])
-    line_up(comm, state)
     r.spent_ns = <uint64_t>((now() - t0) * 1e9)
+    line_up(comm, state)
     return code if code != 0 else FOLLOW   # every rank knows: no pass mark
 
 

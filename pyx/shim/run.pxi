@@ -120,8 +120,9 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
             f"its buffer (that rank raised the details)")
     if agreed == 0 or not within(which, (agreed - 1) * size):
         return None, 0, FOLLOW
-    if going and cxl_size_class((agreed - 1) * size) != r.run_sc:
-        r.selector.abandon_run()   # (a call of another size: the run ends untimed)
+    if going and (cxl_size_class((agreed - 1) * size) != r.run_sc or
+                  r.where[which][r.run_sc] != r.run_pl):
+        r.selector.abandon_run()   # (a call of another class: the run ends untimed)
     code = take_agreed(state, which, (agreed - 1) * size)
     line_up(comm, state)
     return (state, agreed, code) if code > 0 else (state, agreed, FOLLOW)

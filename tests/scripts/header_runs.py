@@ -11,6 +11,7 @@ the pool's plain path for Scatter and on MPI for Gatherv; after each call,
 the calls timed so far (Routes.peek_run), and each result against stock.
 Prints RESULT {"scatter": [...], "gatherv": [...], "other_size": [the run's
 collective and size class after each call], "class": [those of the run],
+"stale_report": False, or the error a report left pending raised,
 "same": every result equal to stock MPI's}.
 """
 
@@ -44,6 +45,16 @@ def scatter(block: int, root: int) -> None:
     comm.Scatter(send, got, root)
     stock.Scatter(send, want, root)
     same = same and bool(np.array_equal(got, want))
+
+
+def gather(block: int, root: int) -> None:
+    global same
+    send = np.full(block, rank + 1, np.uint8)
+    got, want = (np.zeros(block * size, np.uint8) if rank == root else None for _ in "ab")
+    comm.Gather(send, got, root)
+    stock.Gather(send, want, root)
+    if rank == root:
+        same = same and bool(np.array_equal(got, want))
 
 
 def gatherv(block: int, root: int) -> None:
@@ -82,6 +93,28 @@ for block in (n, n, n // 4):
     classes.append(None if run is None else list(run[:2]))
 result["other_size"] = classes
 result["class"] = [which, select.size_class(n * size)]
+# A run in flight whose report a header step took on some ranks only (the
+# Scatter root passes None: MPI at once, the others ask and follow), then
+# ended by a call of another size: no rank may keep that report pending
+# (the next header step's reports would differ: a mismatch on every rank).
+gathers = config.COLLECTIVES.index("gather")
+# (the other size's class settled on the pool: no run of its own starts)
+routes.set(gathers, select.size_class(n // 4 * size), 0, select.code_of("pool"), 1 << 40)
+routes.start_run(gathers, select.size_class(n * size), 0, select.code_of("pool"),
+                 routes.ops() + 8)
+gather(n, 0)
+whole = (np.arange(n * size) % 7).astype(np.uint8)
+mine = np.zeros(n, np.uint8)
+comm.Scatter(whole, None if rank == 0 else mine, 0)
+stock.Scatter(whole, None if rank == 0 else mine, 0)
+gather(n // 4, 0)         # (another size class of Gather: the run ends)
+try:
+    for block in (n, n // 2):
+        scatter(block, 1 % size)
+        gather(block, 0)
+    result["stale_report"] = False
+except Exception as exc:  # noqa: BLE001 (reported, then every rank stops)
+    result["stale_report"] = f"{type(exc).__name__}: {exc}"
 result["same"] = same
 if rank == 0:
     print("RESULT " + json.dumps(result), flush=True)
