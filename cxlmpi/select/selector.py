@@ -213,15 +213,10 @@ class Selector:
         # (a header step that a peer's pass cut short left this run's
         # report pending on the ranks that took it: the report is gone)
         self.pending = None
-        if run is None:
-            return
-        key = run[:3]
-        learner = self.learners.get(key)
-        if learner is None:
-            self.routes.set(*key, SLOW, 0)
-            return
-        learner.untimed(run[3])
-        self._publish(key, learner, self.routes.ops())   # (not the try's path and due)
+        learner = None if run is None else self.learners.get(run[:3])
+        if learner is not None:
+            learner.untimed(run[3])
+            self._publish(run[:3], learner, self.routes.ops())   # (not the try's due)
 
     def learned(self, which: int, nbytes: int, code: int, zerocopy: bool,
                 nanoseconds: int) -> None:

@@ -377,28 +377,7 @@ cdef int take(object comm, object state, int which, Py_ssize_t nbytes, int root,
         r.where[which][cxl_size_class((agreed >> 1) - 1)] = 1
     code, learning = sel.pick(which, (agreed >> 1) - 1, r.ops_ptr[0])
     r.spent_ns = <uint64_t>((now() - t0) * 1e9)
-    line_up(comm, state)
     return code if code != 0 else FOLLOW   # every rank knows: no pass mark
-
-
-cdef int line_up(object comm, object state) except -1:
-    """Start a learning call timed alone (a single-call run, not one timed
-    end to end) on every rank at once.  After the header step each rank
-    does the selector's bookkeeping, and a rank done first waited for the
-    other inside the timed call -- on a path that waits for its peers
-    (MPI's, the pool's plain Scatter) but not on one whose root writes
-    and goes (the streaming Scatter): a 256 KiB Scatter's MPI tries read
-    100-140 us where MPI takes 20, and the class kept a path at 0.7x of
-    stock.  A pool barrier (one more call, counted alike on every rank)
-    puts the ranks level; the try then times its path alone."""
-    cdef Routes r = state.routes
-    if not learning or r is None or r.run_span or r.run_which < 0:
-        return 0
-    try:
-        state.pool.barrier()
-    except PoolFailure as exc:
-        raise run_failed(comm, exc) from None
-    return 0
 
 
 cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:

@@ -89,10 +89,7 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
     cdef double t0 = 0.0
     cdef bint going = r is not None and run_goes_on(r, which)
     try:
-        if r is None:
-            agreed = state.pool.agree(REFUSED if refused is not None else local,
-                                      COLLECTIVES[which], root, pairs)
-        elif going:   # (no report: the run goes on)
+        if r is None or going:   # (going: no report, the run goes on)
             agreed = state.pool.agree(REFUSED if refused is not None else local,
                                       COLLECTIVES[which], root, pairs)
         else:
@@ -124,7 +121,6 @@ cdef tuple settle(object comm, int which, bint eligible, uint64_t local, int siz
                   r.where[which][r.run_sc] != r.run_pl):
         r.selector.abandon_run()   # (a call of another class: the run ends untimed)
     code = take_agreed(state, which, (agreed - 1) * size)
-    line_up(comm, state)
     return (state, agreed, code) if code > 0 else (state, agreed, FOLLOW)
 
 
