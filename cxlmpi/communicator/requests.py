@@ -65,7 +65,7 @@ def _query(status: MPI.Status, record: _Record) -> None:
     status.Set_cancelled(False)
     exc = record.op.error()
     if exc is None:
-        _shim.finish(record.plan)   # (staged messages back into the user's)
+        _shim.finish(record.plan, record.op)   # (staged messages back; counted)
     elif not record.raised:
         # Inside MPI's completion: say what failed, close nothing (the
         # communicator's next call does, see _shim settle_posted).

@@ -36,7 +36,9 @@ def stats() -> dict[str, dict[str, float]]:
     each Start of a persistent one), ``passthrough_calls`` those that went
     to MPI (a persistent one once, at its ``*_init``), ``seconds`` the time
     cxlmpi's own ``Wait``/``Test`` of their requests waited for the pool's
-    worker (a request completed by ``MPI.Request.Waitall`` waits in MPI).
+    worker (a request completed by ``MPI.Request.Waitall`` waits in MPI),
+    ``zerocopy_calls`` the posted calls that ran zero-copy (counted as
+    their requests complete).
     The entry ``"coherence"`` counts ``flushed_lines``: cache lines flushed
     or invalidated for software coherence (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts;
     0 in hw mode), and under CXLMPI_COHERENCE=emulate ``emulated``: the
@@ -50,7 +52,7 @@ def stats() -> dict[str, dict[str, float]]:
     rows = dict(stats_rows())
     rows.update((name + OBJECT_SUFFIX, row) for name, row in figures().items())
     rows.update((name + OBJECT_SUFFIX, row) for name, row in nonblocking_figures().items())
-    rows.update(("i" + name, row + (0, 0)) for name, row in nonblocking_rows().items())
+    rows.update(("i" + name, row) for name, row in nonblocking_rows().items())
     out: dict[str, dict[str, float]] = {
         name: {"pool_calls": row[0], "passthrough_calls": row[1],
                "nbytes": row[2], "seconds": row[3],

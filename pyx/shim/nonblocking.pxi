@@ -29,12 +29,14 @@ cdef extern from "cxl_mpi.h" nogil:
     int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
 
 
-# Per collective: calls posted to the pool, passed to MPI, their bytes, and
-# the seconds their Wait (CXLMPI's own request method) waited.
+# Per collective: calls posted to the pool, passed to MPI, their bytes, the
+# seconds their Wait (CXLMPI's own request method) waited, and the posted
+# calls that ran zero-copy (counted as their requests complete).
 cdef double nb_pool[NCOLL]
 cdef double nb_pass[NCOLL]
 cdef double nb_bytes[NCOLL]
 cdef double nb_waited[NCOLL]
+cdef double nb_zc[NCOLL]
 
 # Posted calls whose end this process has not seen yet: the records of
 # cxlmpi.communicator.requests (each holds its messages' buffers).
@@ -181,11 +183,14 @@ def post(Plan plan):
     return op
 
 
-def finish(Plan plan):
-    """After a posted call ran (its request's query, in the thread that
-    completes it): copy staged receive messages back into the user's."""
+def finish(Plan plan, op):
+    """After posted call `op` ran (its request's query, in the thread that
+    completes it): copy staged receive messages back into the user's, and
+    count it where it ran zero-copy."""
     for m in plan.drains:
         drain(m)
+    if op.zerocopy:
+        nb_zc[plan.which] += 1
 
 
 def submit(Plan plan, op, request):
@@ -254,14 +259,15 @@ def nb_wait_seconds(int which, double seconds):
 
 def nonblocking_rows():
     """{name: (posted to the pool, passed to MPI, bytes posted, seconds
-    waited)} of every collective."""
+    waited, 0 (no posted call learns), posted calls that ran zero-copy)}
+    of every collective."""
     return {COLLECTIVES[i]: (int(nb_pool[i]), int(nb_pass[i]), int(nb_bytes[i]),
-                             nb_waited[i]) for i in range(NCOLL)}
+                             nb_waited[i], 0, int(nb_zc[i])) for i in range(NCOLL)}
 
 
 def nonblocking_reset():
     for i in range(NCOLL):
-        nb_pool[i] = nb_pass[i] = nb_bytes[i] = nb_waited[i] = 0
+        nb_pool[i] = nb_pass[i] = nb_bytes[i] = nb_waited[i] = nb_zc[i] = 0
 
 
 cdef object nb_request(object comm, Plan plan, int which, object stock, tuple args,

@@ -343,3 +343,42 @@ def test_arrays_are_used_in_place_on_every_derived_communicator(comm):
                 bad.append(f"{name}: in place {resident}, zero-copy calls {zc}")
         sub.Free()
     agree(not bad, "; ".join(bad))
+
+
+def test_posted_calls_on_pool_arrays_run_in_place_and_are_counted(comm):
+    """Iallreduce (in place and not) and Ibcast on pool arrays give stock's
+    values and, where the pool takes them (CXLMPI_TUNING=pool, a flat pool
+    of several ranks), run zero-copy -- and stats() counts them so, as it
+    does the blocking forms (before, a posted call's zero-copy run counted
+    nothing: its row read 0 whatever ran)."""
+    n = max(CFG.nonblocking_threshold, CFG.zerocopy_threshold) // 8 + 5
+    data = make_data(np.float64, n, 83, rank=RANK)
+    mine = cxlmpi.asarray(data, comm=comm)
+    out = cxlmpi.zeros(n, comm=comm)
+    want = np.empty(n)
+    PLAIN.Allreduce(data, want)
+    before = cxlmpi.stats()
+    bad = []
+    comm.Iallreduce(mine, out).Wait()
+    if not same(out, want, MPI.SUM):
+        bad.append("Iallreduce")
+    comm.Iallreduce(MPI.IN_PLACE, mine).Wait()
+    if not same(mine, want, MPI.SUM):
+        bad.append("Iallreduce in place")
+    root = SIZE - 1
+    mine[:] = data
+    comm.Ibcast(mine, root=root).Wait()
+    sent = data.copy()
+    PLAIN.Bcast(sent, root=root)
+    if not np.array_equal(mine, sent):
+        bad.append("Ibcast")
+    after = cxlmpi.stats()
+    posted = {k: after[k]["pool_calls"] - before[k]["pool_calls"]
+              for k in ("iallreduce", "ibcast")}
+    zc = {k: after[k]["zerocopy_calls"] - before[k]["zerocopy_calls"]
+          for k in ("iallreduce", "ibcast")}
+    flat = pool_groups()[0] == 1 and cxlmpi.pools.state.arena_pool(comm) is not None
+    if flat and SIZE > 1 and CFG.tuning == "pool" and \
+            (posted != {"iallreduce": 2, "ibcast": 1} or zc != posted):
+        bad.append(f"posted {posted}, zero-copy {zc}")
+    agree(not bad, "; ".join(bad))
