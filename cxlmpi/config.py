@@ -260,8 +260,10 @@ VARIABLES: tuple[Variable, ...] = (
              "then fails, which shows that the emulator catches a missing step.",
              agreed=False),
     Variable("CXLMPI_OBJECTS", _parse_bool, "0",
-             "Send large object (pickle) collectives through the pool. Off by default: "
-             "settling their path costs small calls a header step and a second pickling "
+             "Send large object (pickle) collectives through the pool: the blocking ones "
+             "(`comm.bcast`, ...) as pool collectives, the nonblocking ones' (`comm.ibcast`, "
+             "...) large pickles through the node heap. Off by default: settling the "
+             "blocking ones' path costs small calls a header step and a second pickling "
              "(measured 1.5–2.4x stock on a float `allreduce`).",
              agreed=True),
     Variable("CXLMPI_ALLOC", _parse_alloc, "auto",

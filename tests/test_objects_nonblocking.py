@@ -101,6 +101,19 @@ def test_with_cxlmpi_disabled() -> None:
     assert out["blocking_pooled"] == 0, out
 
 
+@pytest.mark.parametrize("nranks, coherence", [(2, "auto"), (3, "auto"), (3, "emulate")])
+def test_large_frames_go_through_the_node_heap(nranks: int, coherence: str) -> None:
+    """Under CXLMPI_OBJECTS=1, on a communicator with a pool, every form
+    with 256 KiB to 1.5 MiB objects (arrays in a dict, in a list, a
+    bytearray, a long string) moves its frames through the node heap:
+    stock's results, every call counted as a pool call on every rank; with
+    the arena full, MPI carries them (pass-through calls).  `emulate`:
+    memory without coherent caches, the frames written back and dropped."""
+    env = {**POOL, "CXLMPI_ARENA_SIZE": "16M", "CXLMPI_COHERENCE": coherence}
+    out = result(env, nranks, "heap")
+    assert out["ok"], out["problems"]
+
+
 def test_errors_raise_at_the_post() -> None:
     """An invalid root (MPI.Exception), a scatter or alltoall of the wrong
     number of objects (ValueError, stock's message), an unpicklable object

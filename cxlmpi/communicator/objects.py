@@ -145,11 +145,13 @@ class _Payload:
         #: what travels: the frame (with its length table and alignment)
         self.frame_nbytes: int = _layout(len(self.stream), sizes)[2]
 
-    def frame(self) -> _Block:
-        """The frame: length table, stream, buffers (see the module doc)."""
+    def frame(self, block: Any = None) -> _Block:
+        """The frame: length table, stream, buffers (see the module doc),
+        built in `block` (anything with a ``view`` of frame_nbytes) or in
+        a new _Block."""
         sizes = [b.nbytes for b in self.buffers]
         stream_off, offsets, total = _layout(len(self.stream), sizes)
-        block = _Block(total)
+        block = _Block(total) if block is None else block
         view = block.view
         struct.pack_into(f"<QQ{len(sizes)}Q", view, 0, len(self.stream), len(sizes), *sizes)
         view[stream_off:stream_off + len(self.stream)] = self.stream

@@ -12,7 +12,8 @@ to every receiver: bcast and scatter from the root, gather and reduce to
 it, allgather, alltoall and allreduce from every rank to every rank.
 Reductions fold in rank order, ``op(...op(op(x0, x1), x2)..., x_{p-1})``,
 every rank of an allreduce alike.  How the messages move, complete and
-progress: `cxlmpi.communicator.objects_progress`.
+progress: `cxlmpi.communicator.objects_progress`; large frames through
+the node heap: `cxlmpi.communicator.objects_heap`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from .objects import _Block, _fold, _load, _Payload
-from .objects_progress import ObjectRequest, figures, post, reset_figures
+from .objects_heap import frame_in, heap_of
+from .objects_progress import _EAGER_NBYTES, _PREFIX, ObjectRequest, figures, post, reset_figures
 
 __all__ = ["ObjectRequest", "ibcast", "igather", "iscatter", "iallgather", "ialltoall",
            "ireduce", "iallreduce", "figures", "reset_figures"]
@@ -44,14 +46,22 @@ def _check_root(comm: MPI.Intracomm, root: Any) -> int:
     return r
 
 
-def _items(comm: MPI.Intracomm, sendobj: Any) -> list[_Block]:
+def _frame(heap: Any, obj: Any) -> _Block:
+    """The frame of `obj`: in the node heap `heap` where it is large (and
+    CXLMPI_OBJECTS on: `objects_heap`), else private."""
+    return frame_in(heap, _Payload(obj), _EAGER_NBYTES - _PREFIX)
+
+
+def _items(comm: MPI.Intracomm, sendobj: Any, heap: Any) -> list[_Block]:
     """The frames of one object per rank (None: p Nones), as stock
-    mpi4py's scatter and alltoall read `sendobj`."""
-    size = comm.Get_size()
+    mpi4py's scatter and alltoall read `sendobj` (this rank's own private)."""
+    size, rank = comm.Get_size(), comm.Get_rank()
     items = [None] * size if sendobj is None else list(sendobj)
     if len(items) != size:
         raise ValueError(f"expecting {size} items, got {len(items)}")
-    return [_Payload(x).frame() for x in items]
+    payloads = [_Payload(x) for x in items]   # (every one pickles before any is built)
+    return [p.frame() if q == rank else frame_in(heap, p, _EAGER_NBYTES - _PREFIX)
+            for q, p in enumerate(payloads)]
 
 
 def _others(comm: MPI.Intracomm) -> list[int]:
@@ -68,12 +78,13 @@ def ibcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> ObjectRequest:
     rank's own unpickled copy (``Intracomm.bcast``)."""
     t0 = time.perf_counter()
     root = _check_root(comm, root)
+    heap = heap_of(comm)
     if comm.Get_rank() != root:
         return post("ibcast", comm, None, {}, [root], None,
-                     lambda frames: _load(frames[root]), t0)
-    frame = _Payload(obj).frame()
+                    lambda frames: _load(frames[root]), t0, heap)
+    frame = _frame(heap, obj)
     return post("ibcast", comm, frame, {q: frame for q in _others(comm)}, [], root,
-                 lambda frames: _load(frames[root]), t0)
+                lambda frames: _load(frames[root]), t0, heap)
 
 
 def igather(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> ObjectRequest:
@@ -95,10 +106,12 @@ def _to_root(name: str, comm: MPI.Intracomm, sendobj: Any, root: Any,
              finish: Callable[[dict[int, Any]], Any]) -> ObjectRequest:
     t0 = time.perf_counter()
     root = _check_root(comm, root)
-    frame = _Payload(sendobj).frame()
+    heap = heap_of(comm)
     if comm.Get_rank() != root:
-        return post(name, comm, None, {root: frame}, [], None, lambda frames: None, t0)
-    return post(name, comm, frame, {}, _others(comm), root, finish, t0)
+        return post(name, comm, None, {root: _frame(heap, sendobj)}, [], None,
+                    lambda frames: None, t0, heap)
+    return post(name, comm, _Payload(sendobj).frame(), {}, _others(comm), root, finish, t0,
+                heap)
 
 
 def iscatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> ObjectRequest:
@@ -107,22 +120,24 @@ def iscatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> ObjectRequest:
     t0 = time.perf_counter()
     root = _check_root(comm, root)
     rank = comm.Get_rank()
+    heap = heap_of(comm)
     if rank != root:
         return post("iscatter", comm, None, {}, [root], None,
-                     lambda frames: _load(frames[root]), t0)
-    frames = _items(comm, sendobj)
+                    lambda frames: _load(frames[root]), t0, heap)
+    frames = _items(comm, sendobj, heap)
     return post("iscatter", comm, frames[rank], {q: frames[q] for q in _others(comm)}, [],
-                 rank, lambda got: _load(got[rank]), t0)
+                rank, lambda got: _load(got[rank]), t0, heap)
 
 
 def iallgather(comm: MPI.Intracomm, sendobj: Any) -> ObjectRequest:
     """Post an allgather; ``wait()`` returns the list of every rank's
     object (``Intracomm.allgather``)."""
     t0 = time.perf_counter()
-    frame = _Payload(sendobj).frame()
+    heap = heap_of(comm)
+    frame = _frame(heap, sendobj)
     others = _others(comm)
     return post("iallgather", comm, frame, {q: frame for q in others}, others,
-                 comm.Get_rank(), _in_rank_order, t0)
+                comm.Get_rank(), _in_rank_order, t0, heap)
 
 
 def ialltoall(comm: MPI.Intracomm, sendobj: Any) -> ObjectRequest:
@@ -130,10 +145,11 @@ def ialltoall(comm: MPI.Intracomm, sendobj: Any) -> ObjectRequest:
     returns the p objects received, by source (``Intracomm.alltoall``)."""
     t0 = time.perf_counter()
     rank = comm.Get_rank()
-    frames = _items(comm, sendobj)
+    heap = heap_of(comm)
+    frames = _items(comm, sendobj, heap)
     others = _others(comm)
     return post("ialltoall", comm, frames[rank], {q: frames[q] for q in others}, others,
-                 rank, _in_rank_order, t0)
+                rank, _in_rank_order, t0, heap)
 
 
 def iallreduce(comm: MPI.Intracomm, sendobj: Any,
@@ -142,7 +158,8 @@ def iallreduce(comm: MPI.Intracomm, sendobj: Any,
     fold with `op`, the same on every rank (``Intracomm.allreduce``): every
     rank receives every contribution and folds them itself."""
     t0 = time.perf_counter()
-    frame = _Payload(sendobj).frame()
+    heap = heap_of(comm)
+    frame = _frame(heap, sendobj)
     others = _others(comm)
     return post("iallreduce", comm, frame, {q: frame for q in others}, others,
-                 comm.Get_rank(), lambda frames: _fold(_in_rank_order(frames), op), t0)
+                comm.Get_rank(), lambda frames: _fold(_in_rank_order(frames), op), t0, heap)

@@ -41,9 +41,12 @@ messages move, how their requests complete, and who moves them on.
   `ObjectRequest.waitall`; stock ``MPI.Request.waitall`` on them would wait
   forever.
 
-Everything goes through MPI (CXLMPI_DISABLE changes nothing here); a pool
-path for large objects is not there yet.  ``cxlmpi.stats()`` counts the
-calls as pass-through calls of ``"ibcast(obj)"``, ``"iallreduce(obj)"``, ...
+Messages go through MPI, but for large frames under CXLMPI_OBJECTS=1,
+which only their header does: the frame itself lies in the node heap
+(`objects_heap`).  ``cxlmpi.stats()`` counts a call as a pool call of
+``"ibcast(obj)"``, ``"iallreduce(obj)"``, ... where this rank wrote a
+frame to the heap or took one from it (with those frames' bytes), else as a
+pass-through call, once its messages have all come.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from mpi4py import MPI
 
 from .. import config
 from .objects import _Block
+from .objects_heap import HeapFrame, fetch
 
 __all__ = ["ObjectRequest", "post", "figures", "reset_figures"]
 
@@ -69,13 +73,15 @@ _METHODS = ("ibcast", "igather", "iscatter", "iallgather", "ialltoall", "ireduce
 #: travels inside it (one message), a larger one follows it.
 _EAGER_NBYTES = 4096
 _PREFIX = 64            # u64 frame bytes, then padding to the frames' alignment
-_SIZE = struct.Struct("<Q")
+_HEAD = struct.Struct("<QQ")   # frame bytes; 1 + its offset in the node heap, or 0
+_ACK = bytes(1)                 # a receiver's answer to a frame it took from the heap
 _MIN_DELAY_S = 500e-6   # the progress thread's polling backoff
 _MAX_DELAY_S = 5e-3
 
 # Per method: [pool calls, pass-through calls, bytes through the pool,
-# seconds] as objects._FIGURES (every call passes through MPI here; seconds
-# only with CXLMPI_STATS=1: posting, and the requests' own wait/test).
+# seconds] as objects._FIGURES (a pool call moved a frame of this rank's
+# through the node heap, its bytes; seconds only with CXLMPI_STATS=1:
+# posting, and the requests' own wait/test).
 _FIGURES: dict[str, list[float]] = {name: [0, 0, 0, 0.0] for name in _METHODS}
 
 
@@ -148,8 +154,11 @@ class _Channel:
         self.lock = threading.Lock()
 
     def tag(self) -> int:
-        """The header tag of the next call (its large frames: tag + 1)."""
-        tag = 2 * (self.seq % ((_TAG_UB + 1) // 2))
+        """The header tag of the next call: its large frames go on tag + 1,
+        the answers to frames taken from the node heap on tag + 2 (between
+        the same two ranks, in the other direction, a frame on tag + 1 would
+        match the receive of an answer posted before it)."""
+        tag = 3 * (self.seq % ((_TAG_UB + 1) // 3))
         self.seq += 1
         return tag
 
@@ -237,20 +246,27 @@ class _Frame:
 
 class _Outgoing:
     """What one frame becomes on the wire: the header message (with the
-    frame inside when it fits) and the frame itself when it does not."""
+    frame inside when it fits) and the frame itself when it does not --
+    or, for a frame in the node heap (`objects_heap`), the header alone,
+    which carries its offset."""
 
-    __slots__ = ("head", "frame")
+    __slots__ = ("head", "frame", "in_heap")
 
-    def __init__(self, frame: _Block) -> None:
+    def __init__(self, frame: Any) -> None:
         nbytes = len(frame.view)
         self.frame: _Block | None = None
+        self.in_heap: HeapFrame | None = None
+        at = 0
         if _PREFIX + nbytes <= _EAGER_NBYTES:
             self.head = _Block(_PREFIX + nbytes)
             self.head.view[_PREFIX:] = frame.view
         else:
-            self.head = _Block(_SIZE.size)
-            self.frame = frame
-        _SIZE.pack_into(self.head.view, 0, nbytes)
+            self.head = _Block(_HEAD.size)
+            if isinstance(frame, HeapFrame):
+                self.in_heap, at = frame, frame.offset + 1
+            else:
+                self.frame = frame
+        _HEAD.pack_into(self.head.view, 0, nbytes, at)
 
 
 class _TokenBuffer(bytearray):
@@ -287,13 +303,18 @@ class _Op:
 
     __slots__ = ("key", "name", "channel", "tag", "lock", "outgoing", "sources", "frames",
                  "requests", "arrivals", "pending", "posted", "released", "error", "finish",
-                 "token", "token_buffer", "__weakref__")
+                 "token", "token_buffer", "heap", "heap_nbytes", "__weakref__")
 
     def __init__(self, name: str, channel: _Channel | None,
                  outgoing: list[tuple[int, _Outgoing]], sources: list[int],
-                 frames: dict[int, Any], finish: Callable[[dict[int, Any]], Any]) -> None:
+                 frames: dict[int, Any], finish: Callable[[dict[int, Any]], Any],
+                 heap: Any) -> None:
         self.key = next(_keys)
         self.name, self.channel, self.finish = name, channel, finish
+        self.heap = heap   # (the node heap, where peers' frames may lie)
+        # bytes of the frames this rank wrote to or took from the heap
+        self.heap_nbytes = sum(len(out.in_heap.view) for out in
+                               {id(o): o for _, o in outgoing if o.in_heap}.values())
         self.tag = channel.tag() if channel is not None else 0
         self.lock = threading.Lock()
         self.outgoing, self.sources, self.frames = outgoing, sources, frames
@@ -323,6 +344,10 @@ class _Op:
         sends = []
         for dest, out in self.outgoing:
             sends.append((comm.Isend([out.head.view, MPI.BYTE], dest, self.tag), out.head))
+            if out.in_heap is not None:   # (the frame stays until the receiver answers)
+                answer = bytearray(1)
+                sends.append((comm.Irecv([answer, MPI.BYTE], dest, self.tag + 2),
+                              (out.in_heap, answer)))
             if out.frame is not None:
                 sends.append((comm.Isend([out.frame.view, MPI.BYTE], dest, self.tag + 1),
                               out.frame))
@@ -357,12 +382,23 @@ class _Op:
             self.frames[source] = block
             self.pending -= 1
             return
-        nbytes = _SIZE.unpack_from(block.view, 0)[0]
+        nbytes, at = _HEAD.unpack_from(block.view, 0)
         if _PREFIX + nbytes <= _EAGER_NBYTES:
             self.frames[source] = _Frame(block.view[_PREFIX:_PREFIX + nbytes])
             self.pending -= 1
             return
         frame = _Block(nbytes)
+        if at:
+            try:
+                fetch(self.heap, at - 1, nbytes, frame)
+            finally:   # (the sender's block goes back even when this failed)
+                answer = self.channel.comm.Isend([_ACK, MPI.BYTE], source, self.tag + 2)
+                with _SENDS_LOCK:
+                    _SENDS.append((answer, None))
+            self.frames[source] = frame
+            self.heap_nbytes += nbytes
+            self.pending -= 1
+            return
         self.requests.append(self.channel.comm.Irecv([frame.view, MPI.BYTE], source,
                                                      self.tag + 1))
         self.arrivals.append((source, frame, False))
@@ -371,6 +407,12 @@ class _Op:
         """Every message came (or the call failed): complete the request."""
         self.released = True
         self.requests = self.arrivals = []
+        figures = _FIGURES[self.name]
+        if self.heap_nbytes:
+            figures[0] += 1
+            figures[2] += self.heap_nbytes
+        else:
+            figures[1] += 1
         with _LOCK:
             _LIVE.pop(self.key, None)
             _RELEASED[self.key] = self
@@ -553,10 +595,11 @@ class ObjectRequest(MPI.Request):
 
 def post(name: str, comm: MPI.Intracomm, mine: _Block | None,
          sends: dict[int, _Block], sources: list[int], own: int | None,
-         finish: Callable[[dict[int, Any]], Any], t0: float) -> ObjectRequest:
+         finish: Callable[[dict[int, Any]], Any], t0: float,
+         heap: Any = None) -> ObjectRequest:
     """Post call `name`: `sends` {dest: frame} (one _Outgoing per distinct
-    frame), receives from `sources`, `mine` this rank's own frame (stored
-    under rank `own`)."""
+    frame; in the node heap `heap` or private), receives from `sources`,
+    `mine` this rank's own frame (stored under rank `own`)."""
     outgoing: dict[int, _Outgoing] = {}
     for frame in sends.values():
         if id(frame) not in outgoing:
@@ -564,9 +607,8 @@ def post(name: str, comm: MPI.Intracomm, mine: _Block | None,
     wire = [(dest, outgoing[id(frame)]) for dest, frame in sends.items()]
     frames: dict[int, Any] = {} if mine is None else {own: mine}
     channel = _channel(comm) if comm.Get_size() > 1 else None
-    op = _Op(name, channel, wire, sources, frames, finish)
+    op = _Op(name, channel, wire, sources, frames, finish, heap)
     req = op.request()
-    _FIGURES[name][1] += 1
     if channel is None:
         op.posted = True
         op.release()

@@ -25,6 +25,12 @@ and what cxlmpi.stats() counted.  Scenarios:
             message it waits for before it posts the same call
   stock     8 MiB objects completed by stock MPI.Request.waitall alone:
             the progress thread receives the large frames
+  heap      every form with 256 KiB arrays inside its objects, on a
+            communicator whose pool is set up (CXLMPI_OBJECTS=1): each
+            frame travels through the node heap, and every call must be
+            counted as a pool call (its sizes differing per rank and call);
+            then the same with the heap full, where MPI carries them, and
+            with rank 0's arena alone full (both paths in one call)
   errors    an invalid root, a scatter with the wrong number of objects,
             an unpicklable object: each raises stock's error at the post,
             on the ranks that made it, and the communicator goes on
@@ -304,6 +310,71 @@ def stock_only() -> None:
         check(f"{what} by stock waitall alone", obj, want)
 
 
+def heap() -> None:
+    """Frames of 256 KiB and more, in a few shapes: an array inside a dict,
+    two arrays in a list, a bytearray (out-of-band buffers), and one that
+    pickles in band (a long string)."""
+    comm.Barrier()
+    comm.Allreduce(np.zeros(1 << 16), np.zeros(1 << 16))   # (the pool is set up)
+    for k in range(6):
+        n = (32 << 10) * (k + 1) + 8 * rank            # (the sizes differ per rank)
+        shapes = [{"a": np.arange(n, dtype=np.float64) * (k + 1)},
+                  [np.full(n // 2, rank, np.int32), np.arange(n // 2, dtype=np.float64)],
+                  bytearray(np.arange(8 * n, dtype=np.uint8).tobytes()),
+                  "x" * (8 * n) + str(rank)]
+        obj = shapes[k % len(shapes)]
+        root = k % size
+        m = (32 << 10) * (k + 1)                       # (reductions: one size)
+        big = [np.arange(m, dtype=np.float64) + 100 * q + k for q in range(size)]
+        posted = [
+            ("ibcast", comm.ibcast(obj if rank == root else None, root),
+             plain.bcast(obj if rank == root else None, root)),
+            ("igather", comm.igather(obj, root), plain.gather(obj, root)),
+            ("iscatter", comm.iscatter(big if rank == root else None, root),
+             plain.scatter(big if rank == root else None, root)),
+            ("iallgather", comm.iallgather(obj), plain.allgather(obj)),
+            ("ialltoall", comm.ialltoall(big), plain.alltoall(big)),
+            ("ireduce", comm.ireduce(big[rank], MPI.SUM, root),
+             plain.reduce(big[rank], MPI.SUM, root)),
+            ("iallreduce", comm.iallreduce(big[rank]), plain.allreduce(big[rank])),
+        ]
+        for name, req, want in posted:
+            count(name)
+            check(f"{name} k={k} through the heap", req.wait(), want)
+    pool_calls = {name: cxlmpi.stats()[f"{name}(obj)"]["pool_calls"] for name in calls}
+    if size > 1 and pool_calls != calls:
+        problems.append(f"rank {rank}: pool calls {pool_calls}, the script made {calls}")
+    calls.clear()
+    # The heap full (one array takes this rank's arena): MPI carries the
+    # frames.  First every frame sent is answered, its block given back.
+    plain.barrier()
+    while objects_progress._SENDS:
+        objects_progress._reap_sends(True)
+    from cxlmpi.resident.arrays import arena_pool
+    hog = cxlmpi.empty((arena_pool(comm).arena_free() - (64 << 10)) // 8, comm=comm)
+    obj = np.arange(1 << 16, dtype=np.float64) + rank
+    for name, req, want in [("iallgather", comm.iallgather(obj), plain.allgather(obj)),
+                            ("ibcast", comm.ibcast(obj, 0), plain.bcast(obj, 0))]:
+        calls[name] = calls.get(name, 0) + 1
+        check(f"{name} with the heap full", req.wait(), want)
+    del hog
+    # Rank 0's arena alone full: in one call its frames go through MPI, its
+    # peers' through the heap (each answered by rank 0 on the same pairs).
+    plain.barrier()
+    while objects_progress._SENDS:
+        objects_progress._reap_sends(True)
+    free = arena_pool(comm).arena_free()
+    hog = cxlmpi.empty((free - (64 << 10)) // 8 if rank == 0 else 1, comm=comm)
+    for k in range(4):
+        obj = [np.arange(1 << 16, dtype=np.float64) * k + rank, "rank %d" % rank]
+        check(f"iallgather {k}, rank 0's arena full", comm.iallgather(obj).wait(),
+              plain.allgather(obj))
+        big = [np.arange(1 << 16, dtype=np.float64) + 10 * q + k for q in range(size)]
+        check(f"ialltoall {k}, rank 0's arena full", comm.ialltoall(big).wait(),
+              plain.alltoall(big))
+    del hog
+
+
 def errors() -> None:
     def raises(what: str, error: type, post) -> None:
         try:
@@ -329,7 +400,7 @@ def errors() -> None:
 
 
 {"each": each, "crossed": crossed, "rounds": rounds, "free": free, "own": own,
- "local": local, "stock": stock_only, "errors": errors}[SCENARIO]()
+ "local": local, "stock": stock_only, "errors": errors, "heap": heap}[SCENARIO]()
 figures = cxlmpi.stats()
 counted = {name: figures[f"{name}(obj)"]["passthrough_calls"] for name in calls}
 if counted != calls:
