@@ -16,8 +16,11 @@ it: what CXLMPI_OBJECTS=0 does).  Prints the medians and the ratios
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import shlex
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -26,7 +29,7 @@ from mpi4py import MPI
 import cxlmpi
 from cxlmpi.communicator import objects_nb
 
-SIZES = {"64K": 64 << 10, "1M": 1 << 20, "8M": 8 << 20}
+SIZES = {"64K": 64 << 10, "256K": 256 << 10, "1M": 1 << 20, "8M": 8 << 20}
 
 
 def main() -> None:
@@ -35,6 +38,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if not cxlmpi.config.get().objects:
+        sys.exit("bench_objects: set CXLMPI_OBJECTS=1 (without it no pickle takes the heap)")
     world = MPI.COMM_WORLD
     plain, comm = world.Dup(), cxlmpi.wrap(world.Dup())
     comm.Allreduce(np.zeros(1 << 16), np.zeros(1 << 16))   # (its pool set up)
@@ -81,9 +86,16 @@ def main() -> None:
     if world.Get_rank() == 0:
         print(f"iallgather(obj) pool calls: {pooled}")
         if args.json:
+            from cxlmpi.select.cache import cpu_model
+            meta = {"tool": "tools/bench_objects.py", "ranks": world.Get_size(),
+                    "command": "CXLMPI_OBJECTS=1 " + shlex.join(
+                        ["mpiexec", "-n", str(world.Get_size()), "python", *sys.argv]),
+                    "date": datetime.datetime.now(datetime.timezone.utc)
+                    .isoformat(timespec="seconds"),
+                    "cpu": cpu_model(), "mpi": MPI.Get_library_version().splitlines()[0],
+                    "rounds": args.rounds, "reps": args.reps}
             with open(args.json, "w") as f:
-                json.dump({"ranks": world.Get_size(), "rounds": args.rounds,
-                           "reps": args.reps, "rows": rows}, f, indent=1)
+                json.dump({"metadata": meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 heap (`objects_progress` moves the rest through MPI point-to-point).
 
 Under CXLMPI_OBJECTS=1 a sender whose frame is too large for a header
-message and at least CXLMPI_THRESHOLD bytes (CXLMPI_HOSTS_THRESHOLD on a
-pool spanning hosts) builds it in its own arena of the node heap -- the
+message and at least CXLMPI_NONBLOCKING_THRESHOLD and CXLMPI_THRESHOLD
+bytes (on a pool spanning hosts, CXLMPI_HOSTS_THRESHOLD alone: MPI would
+cross the network) builds it in its own arena of the node heap -- the
 memory every rank of the communicator's pool maps, where pool-resident
 arrays live -- and sends each receiver only a header that holds its
 offset.  The receiver copies the frame out into a private buffer (one copy,
@@ -68,11 +69,16 @@ class HeapFrame:
 def frame_in(heap: Pool | None, payload: _Payload, eager_nbytes: int) -> Any:
     """`payload`'s frame: in the node heap where CXLMPI_OBJECTS is on and it
     is too large for a header message (`eager_nbytes`) and at least the
-    threshold, else a private `_Block` (objects._Payload.frame)."""
+    thresholds, else a private `_Block` (objects._Payload.frame).  (At 2
+    ranks on one node the heap and MPI's point-to-point take about as long
+    from 1 MiB, MPI less below: measured with tools/bench_objects.py.)"""
     nbytes = payload.frame_nbytes
     cfg = config.get()
-    if (heap is None or not cfg.objects or cfg.disable or nbytes <= eager_nbytes
-            or nbytes < cfg.floor(heap.hosts > 1)):
+    if heap is None or not cfg.objects or cfg.disable or nbytes <= eager_nbytes:
+        return payload.frame()
+    floor = (cfg.floor(True) if heap.hosts > 1
+             else max(cfg.floor(False), cfg.nonblocking_threshold))
+    if nbytes < floor:
         return payload.frame()
     try:
         frame = HeapFrame(heap.allocate(nbytes))

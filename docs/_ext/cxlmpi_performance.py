@@ -73,11 +73,14 @@ def _files(kind: str) -> list[tuple[Path, dict[str, Any]]]:
             meta = data.get("metadata", {})
             if meta.get("tool") == "tools/compare.py":
                 found = "program"
+            elif meta.get("tool") == "tools/bench_objects.py":
+                found = "objects"
             elif meta.get("tool") == "cxlmpi.bench":
                 found = "overlap" if meta.get("mode") == "overlap" else "sweep"
             else:
                 raise ValueError(f"{path}: not a results file of python -m cxlmpi.bench "
-                                 f"--json or tools/compare.py --json")
+                                 f"--json, tools/compare.py --json or "
+                                 f"tools/bench_objects.py --json")
             if found == kind:
                 out.append((path, data))
     return out
@@ -267,7 +270,7 @@ def generate(plots: bool = True, write: bool = True) -> str:
                   "rounds; ✕: the calls went to MPI, ◆: some did)"
                   + (" / the control's." if run.control else "."), "",
                   table(run), ""]
-    parts += overlap_part() + programs_part()
+    parts += overlap_part() + programs_part() + objects_part()
     if not parts:
         parts = ["No results files are committed yet (results/*/*.json).", ""]
     text = "\n".join(parts)
@@ -338,6 +341,33 @@ def programs_part() -> list[str]:
                      f" | {meta.get('date', NOT_RECORDED)}, {meta.get('cpu') or NOT_RECORDED} |")
         commands.append(meta.get("command", "tools/compare.py"))
     return parts + ["", "Commands:", "", "```sh", *commands, "```", ""]
+
+
+def objects_part() -> list[str]:
+    """Per tools/bench_objects.py results file: the nonblocking object
+    collectives with their large pickles through the node heap, against
+    stock's blocking calls and against the same calls through MPI."""
+    parts = []
+    for path, data in _files("objects"):
+        meta = data["metadata"]
+        parts += [f"## Nonblocking object collectives: `{path.parent.name}/{path.stem}`", "",
+                  f"{meta['ranks']} ranks, {meta.get('date', NOT_RECORDED)}, "
+                  f"{meta.get('cpu') or NOT_RECORDED}, {meta.get('mpi', NOT_RECORDED)}.", "",
+                  "```sh", meta["command"], "```", "",
+                  "A numpy array sent as the object, posted and waited back to back (median "
+                  "of the rounds, the slowest rank): stock mpi4py's blocking call (it has no "
+                  "nonblocking one), cxlmpi's call with its large pickles through the node "
+                  "heap, and the same call through MPI point-to-point (below "
+                  "`CXLMPI_NONBLOCKING_THRESHOLD`, 256 KiB, both of cxlmpi's go through "
+                  "MPI: their difference is the noise).", "",
+                  "| call | size | stock (µs) | heap (µs) | MPI (µs) | stock / heap | "
+                  "MPI / heap |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in data["rows"]:
+            parts.append(f"| {r['call']} | {r['size']} | {r['stock_us']:.0f} | "
+                         f"{r['heap_us']:.0f} | {r['mpi_us']:.0f} | "
+                         f"{r['stock_over_heap']:.2f}x | {r['mpi_over_heap']:.2f}x |")
+        parts.append("")
+    return parts
 
 
 def setup(app: Any) -> dict[str, Any]:

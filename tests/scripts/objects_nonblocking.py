@@ -366,7 +366,7 @@ def heap() -> None:
     free = arena_pool(comm).arena_free()
     hog = cxlmpi.empty((free - (64 << 10)) // 8 if rank == 0 else 1, comm=comm)
     for k in range(4):
-        obj = [np.arange(1 << 16, dtype=np.float64) * k + rank, "rank %d" % rank]
+        obj = [np.arange(1 << 16, dtype=np.float64) * k + rank, f"rank {rank}"]
         check(f"iallgather {k}, rank 0's arena full", comm.iallgather(obj).wait(),
               plain.allgather(obj))
         big = [np.arange(1 << 16, dtype=np.float64) + 10 * q + k for q in range(size)]
