@@ -114,6 +114,28 @@ def test_large_frames_go_through_the_node_heap(nranks: int, coherence: str) -> N
     assert out["ok"], out["problems"]
 
 
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_result_is_not_the_frame_peers_read(nranks: int) -> None:
+    """A root's ibcast and every rank's iallgather and iallreduce: the
+    root waits, changes its results in place, and only then do its peers
+    take their frames (no progress thread: in their wait); they get what
+    was sent, as under stock mpi4py, whose root gets its own copy."""
+    env = {**POOL, "CXLMPI_ARENA_SIZE": "16M", "MPI4PY_RC_THREAD_LEVEL": "serialized"}
+    out = result(env, nranks, "alias", timeout=120)
+    assert out["ok"], out["problems"]
+
+
+@pytest.mark.parametrize("level", ["multiple", "serialized"])
+def test_a_heap_set_up_after_the_post(level: str) -> None:
+    """COMM_WORLD's pool is set up by a blocking Allreduce that the
+    receivers of an ibcast enter after posting it and the sender before:
+    the header names a heap a receiver may not map yet when it comes (its
+    progress thread tries again later; its wait comes after the set-up)."""
+    env = {**POOL, "CXLMPI_ARENA_SIZE": "16M", "MPI4PY_RC_THREAD_LEVEL": level}
+    out = result(env, 3, "late", timeout=120)
+    assert out["ok"], out["problems"]
+
+
 def test_errors_raise_at_the_post() -> None:
     """An invalid root (MPI.Exception), a scatter or alltoall of the wrong
     number of objects (ValueError, stock's message), an unpicklable object

@@ -7,63 +7,113 @@ bytes (on a pool spanning hosts, CXLMPI_HOSTS_THRESHOLD alone: MPI would
 cross the network) builds it in its own arena of the node heap -- the
 memory every rank of the communicator's pool maps, where pool-resident
 arrays live -- and sends each receiver only a header that holds its
-offset.  The receiver copies the frame out into a private buffer (one copy,
-without the GIL, where MPI's point-to-point copies twice: into its shared
-cells and out of them) and answers with an empty message on the frame's
-tag; the sender's block goes back to its arena once every receiver has
-answered.  A root's broadcast or an allgather writes its frame once, for
-every receiver.
+offset and which heap holds it.  The receiver copies the frame out into a
+private buffer (one copy, without the GIL, where MPI's point-to-point
+copies twice: into its shared cells and out of them) and answers with a
+one-byte message (on a tag of its own: `objects_progress`); the sender's
+block goes back to its arena once every receiver has answered.  A root's
+broadcast or an allgather writes its frame once, for every receiver.
 
 Which path a frame takes is the sender's decision alone, read by every
 receiver from the header, so the ranks need not agree on anything: a frame
-goes through MPI where the communicator (or, failing that, COMM_WORLD,
-which then holds every rank of it) has no pool with arenas yet -- a
+goes through MPI where the communicator (or, failing that, COMM_WORLD when
+it holds every rank of the communicator) has no pool with arenas yet -- a
 nonblocking call never sets one up, that would wait for the peers --, where
 the heap is full or /dev/shm cannot hold the frame, and where the pool
-spans several pools (a Hierarchy).  Every rank of a communicator looks the
-heap up alike: pools are set up collectively, in program order.
+spans several pools (a Hierarchy).  Ranks need not find the same heap when
+they post (another communicator's collectives may set COMM_WORLD's pool up
+on one rank first): the header names the sender's heap (`heap_key`), and
+the receiver finds it among those it maps when the header comes, or fails
+the call clearly -- it never copies from a heap the sender did not name.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import config
-from .._pool import Pool, PoolNoSpace, flush
+from .._pool import Pool, PoolError, PoolNoSpace, flush
 from ..pools.state import _states
 from .objects import _Payload
 
-__all__ = ["heap_of", "HeapFrame", "fetch", "frame_in"]
+__all__ = ["heap_of", "heap_key", "find_heap", "HeapFrame", "fetch", "frame_in"]
+
+# Set on a communicator: whether COMM_WORLD holds every rank of it.
+_IN_WORLD = MPI.Comm.Create_keyval()
+
+
+def _heaps(comm: MPI.Intracomm) -> list[Pool]:
+    """The node heaps this rank maps that every rank of `comm` maps too,
+    setting nothing up: the heap of `comm`'s own pool, then of COMM_WORLD's
+    where that holds every rank of `comm` (not so for a communicator made
+    with spawned processes).  A pool that failed (its state holds the
+    error) or was closed is left out."""
+    handles = [comm.handle]
+    if comm.handle != MPI.COMM_WORLD.handle:
+        inside = comm.Get_attr(_IN_WORLD)
+        if inside is None:
+            ranks = MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                              MPI.COMM_WORLD.Get_group())
+            inside = MPI.UNDEFINED not in ranks
+            comm.Set_attr(_IN_WORLD, inside)
+        if inside:
+            handles.append(MPI.COMM_WORLD.handle)
+    heaps = []
+    for handle in handles:
+        state = _states.get(handle)
+        pool = getattr(state, "pool", None)
+        if (isinstance(pool, Pool) and getattr(state, "error", None) is None
+                and not pool.closed and not pool.inherited):
+            heap = pool.heap
+            if not heap.closed and heap.arena_nbytes() > 0:
+                heaps.append(heap)
+    return heaps
 
 
 def heap_of(comm: MPI.Intracomm) -> Pool | None:
-    """The node heap every rank of `comm` maps, or None, setting nothing
-    up: the heap of `comm`'s own pool, else of COMM_WORLD's when that is
-    one pool."""
-    for handle in (comm.handle, MPI.COMM_WORLD.handle):
-        state = _states.get(handle)
-        pool = getattr(state, "pool", None)
-        if isinstance(pool, Pool) and not pool.closed and not pool.inherited:
-            heap = pool.heap
-            if not heap.closed and heap.arena_nbytes() > 0:
-                return heap
-    return None
+    """The node heap a frame sent on `comm` goes to, or None: MPI (one
+    rank: nobody to send to)."""
+    if comm.Get_size() < 2:
+        return None
+    heaps = _heaps(comm)
+    return heaps[0] if heaps else None
+
+
+def heap_key(heap: Pool) -> int:
+    """A nonzero 64-bit name of `heap`, the same in every process that maps
+    it (from its segment's name and token)."""
+    digest = hashlib.blake2b(repr(heap.identity).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
+
+
+def find_heap(comm: MPI.Intracomm, key: int) -> Pool:
+    """The heap named `key` among those this rank maps for `comm`, now;
+    ValueError where there is none (the sender's heap is not mapped here)."""
+    for heap in _heaps(comm):
+        if heap_key(heap) == key:
+            return heap
+    raise ValueError("cxlmpi: a peer sent an object through a node heap this rank does not "
+                     "map (its communicator's pool, or COMM_WORLD's, is not set up here, or "
+                     "failed); set CXLMPI_OBJECTS=0 to send objects through MPI")
 
 
 class HeapFrame:
     """A frame built in this rank's arena of the node heap (a `_Block`
-    that objects._load and the wire both read): `offset` in the heap."""
+    that objects._load and the wire both read): `offset` in the heap
+    named `key`."""
 
-    __slots__ = ("buffer", "view", "address", "offset")
+    __slots__ = ("buffer", "view", "address", "offset", "key")
 
-    def __init__(self, buffer: Any) -> None:
+    def __init__(self, buffer: Any, key: int) -> None:
         self.buffer = buffer                   # (back to the arena when collected)
         self.view = memoryview(buffer)
         self.address: int = buffer.address
         self.offset: int = buffer.offset
+        self.key = key
 
 
 def frame_in(heap: Pool | None, payload: _Payload, eager_nbytes: int) -> Any:
@@ -81,22 +131,19 @@ def frame_in(heap: Pool | None, payload: _Payload, eager_nbytes: int) -> Any:
     if nbytes < floor:
         return payload.frame()
     try:
-        frame = HeapFrame(heap.allocate(nbytes))
-    except (MemoryError, PoolNoSpace, ValueError):   # (full, no /dev/shm room, closed)
-        return payload.frame()
+        frame = HeapFrame(heap.allocate(nbytes), heap_key(heap))
+    except (MemoryError, PoolNoSpace, PoolError, ValueError):   # (full, no room, revoked,
+        return payload.frame()                                  # closed)
     payload.frame(frame)
     if heap.software_coherence:
         flush(frame.address, nbytes, False, counted=True)
     return frame
 
 
-def fetch(heap: Pool | None, offset: int, nbytes: int, into: Any) -> None:
+def fetch(heap: Pool, offset: int, nbytes: int, into: Any) -> None:
     """Copy a peer's frame of `nbytes` at `offset` of the node heap into
     the private buffer `into` (a `_Block` of that size); ValueError where
-    the range is not in the heap's arenas or this rank has no heap."""
-    if heap is None:
-        raise ValueError("cxlmpi: a peer sent an object through the node heap, which "
-                         "this rank has not mapped (its communicator has no pool here)")
+    the range is not in the heap's arenas."""
     source = heap.view(offset, nbytes)   # (checks the range against the arenas)
     src = np.frombuffer(source, np.uint8)
     if heap.software_coherence:

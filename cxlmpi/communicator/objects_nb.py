@@ -25,8 +25,9 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from .objects import _Block, _fold, _load, _Payload
-from .objects_heap import frame_in, heap_of
-from .objects_progress import _EAGER_NBYTES, _PREFIX, ObjectRequest, figures, post, reset_figures
+from .objects_heap import HeapFrame, frame_in, heap_of
+from .objects_progress import ObjectRequest, figures, post, reset_figures
+from .objects_wire import _EAGER_NBYTES, _PREFIX
 
 __all__ = ["ObjectRequest", "ibcast", "igather", "iscatter", "iallgather", "ialltoall",
            "ireduce", "iallreduce", "figures", "reset_figures"]
@@ -50,6 +51,16 @@ def _frame(heap: Any, obj: Any) -> _Block:
     """The frame of `obj`: in the node heap `heap` where it is large (and
     CXLMPI_OBJECTS on: `objects_heap`), else private."""
     return frame_in(heap, _Payload(obj), _EAGER_NBYTES - _PREFIX)
+
+
+def _framed(heap: Any, obj: Any) -> tuple[_Block, _Block]:
+    """(this rank's own frame, the frame it sends) of `obj`: one frame, but
+    where the sent one lies in the node heap the own one is a private copy
+    (what this rank unpickles must not be memory its peers are still
+    reading, nor hold the heap while the program keeps the result)."""
+    payload = _Payload(obj)
+    sent = frame_in(heap, payload, _EAGER_NBYTES - _PREFIX)
+    return (payload.frame() if isinstance(sent, HeapFrame) else sent), sent
 
 
 def _items(comm: MPI.Intracomm, sendobj: Any, heap: Any) -> list[_Block]:
@@ -78,13 +89,12 @@ def ibcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> ObjectRequest:
     rank's own unpickled copy (``Intracomm.bcast``)."""
     t0 = time.perf_counter()
     root = _check_root(comm, root)
-    heap = heap_of(comm)
     if comm.Get_rank() != root:
         return post("ibcast", comm, None, {}, [root], None,
-                    lambda frames: _load(frames[root]), t0, heap)
-    frame = _frame(heap, obj)
-    return post("ibcast", comm, frame, {q: frame for q in _others(comm)}, [], root,
-                lambda frames: _load(frames[root]), t0, heap)
+                    lambda frames: _load(frames[root]), t0)
+    mine, frame = _framed(heap_of(comm), obj)
+    return post("ibcast", comm, mine, {q: frame for q in _others(comm)}, [], root,
+                lambda frames: _load(frames[root]), t0)
 
 
 def igather(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> ObjectRequest:
@@ -106,12 +116,10 @@ def _to_root(name: str, comm: MPI.Intracomm, sendobj: Any, root: Any,
              finish: Callable[[dict[int, Any]], Any]) -> ObjectRequest:
     t0 = time.perf_counter()
     root = _check_root(comm, root)
-    heap = heap_of(comm)
     if comm.Get_rank() != root:
-        return post(name, comm, None, {root: _frame(heap, sendobj)}, [], None,
-                    lambda frames: None, t0, heap)
-    return post(name, comm, _Payload(sendobj).frame(), {}, _others(comm), root, finish, t0,
-                heap)
+        return post(name, comm, None, {root: _frame(heap_of(comm), sendobj)}, [], None,
+                    lambda frames: None, t0)
+    return post(name, comm, _Payload(sendobj).frame(), {}, _others(comm), root, finish, t0)
 
 
 def iscatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> ObjectRequest:
@@ -120,24 +128,22 @@ def iscatter(comm: MPI.Intracomm, sendobj: Any, root: int = 0) -> ObjectRequest:
     t0 = time.perf_counter()
     root = _check_root(comm, root)
     rank = comm.Get_rank()
-    heap = heap_of(comm)
     if rank != root:
         return post("iscatter", comm, None, {}, [root], None,
-                    lambda frames: _load(frames[root]), t0, heap)
-    frames = _items(comm, sendobj, heap)
+                    lambda frames: _load(frames[root]), t0)
+    frames = _items(comm, sendobj, heap_of(comm))
     return post("iscatter", comm, frames[rank], {q: frames[q] for q in _others(comm)}, [],
-                rank, lambda got: _load(got[rank]), t0, heap)
+                rank, lambda got: _load(got[rank]), t0)
 
 
 def iallgather(comm: MPI.Intracomm, sendobj: Any) -> ObjectRequest:
     """Post an allgather; ``wait()`` returns the list of every rank's
     object (``Intracomm.allgather``)."""
     t0 = time.perf_counter()
-    heap = heap_of(comm)
-    frame = _frame(heap, sendobj)
+    mine, frame = _framed(heap_of(comm), sendobj)
     others = _others(comm)
-    return post("iallgather", comm, frame, {q: frame for q in others}, others,
-                comm.Get_rank(), _in_rank_order, t0, heap)
+    return post("iallgather", comm, mine, {q: frame for q in others}, others,
+                comm.Get_rank(), _in_rank_order, t0)
 
 
 def ialltoall(comm: MPI.Intracomm, sendobj: Any) -> ObjectRequest:
@@ -145,11 +151,10 @@ def ialltoall(comm: MPI.Intracomm, sendobj: Any) -> ObjectRequest:
     returns the p objects received, by source (``Intracomm.alltoall``)."""
     t0 = time.perf_counter()
     rank = comm.Get_rank()
-    heap = heap_of(comm)
-    frames = _items(comm, sendobj, heap)
+    frames = _items(comm, sendobj, heap_of(comm))
     others = _others(comm)
     return post("ialltoall", comm, frames[rank], {q: frames[q] for q in others}, others,
-                rank, _in_rank_order, t0, heap)
+                rank, _in_rank_order, t0)
 
 
 def iallreduce(comm: MPI.Intracomm, sendobj: Any,
@@ -158,8 +163,7 @@ def iallreduce(comm: MPI.Intracomm, sendobj: Any,
     fold with `op`, the same on every rank (``Intracomm.allreduce``): every
     rank receives every contribution and folds them itself."""
     t0 = time.perf_counter()
-    heap = heap_of(comm)
-    frame = _frame(heap, sendobj)
+    mine, frame = _framed(heap_of(comm), sendobj)
     others = _others(comm)
-    return post("iallreduce", comm, frame, {q: frame for q in others}, others,
-                comm.Get_rank(), lambda frames: _fold(_in_rank_order(frames), op), t0, heap)
+    return post("iallreduce", comm, mine, {q: frame for q in others}, others,
+                comm.Get_rank(), lambda frames: _fold(_in_rank_order(frames), op), t0)

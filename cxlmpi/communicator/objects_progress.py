@@ -1,5 +1,6 @@
 """The nonblocking object collectives in flight (`objects_nb`): how their
-messages move, how their requests complete, and who moves them on.
+messages move, how their requests complete, and who moves them on (the
+private duplicate and the messages themselves: `objects_wire`).
 
 - **Post.**  Every message of a call is posted at once as MPI
   point-to-point on a private duplicate of the communicator (made by
@@ -52,7 +53,6 @@ pass-through call, once its messages have all come.
 from __future__ import annotations
 
 import atexit
-import struct
 import threading
 import time
 import weakref
@@ -62,19 +62,14 @@ from mpi4py import MPI
 
 from .. import config
 from .objects import _Block
-from .objects_heap import HeapFrame, fetch
+from .objects_heap import fetch, find_heap
+from .objects_wire import _ACK, _EAGER_NBYTES, _HEAD, _PREFIX, _Channel, _Frame, _Outgoing
 
 __all__ = ["ObjectRequest", "post", "figures", "reset_figures"]
 
 _METHODS = ("ibcast", "igather", "iscatter", "iallgather", "ialltoall", "ireduce",
             "iallreduce")
 
-#: Bytes of a header message: a frame that fits after the 64-byte prefix
-#: travels inside it (one message), a larger one follows it.
-_EAGER_NBYTES = 4096
-_PREFIX = 64            # u64 frame bytes, then padding to the frames' alignment
-_HEAD = struct.Struct("<QQ")   # frame bytes; 1 + its offset in the node heap, or 0
-_ACK = bytes(1)                 # a receiver's answer to a frame it took from the heap
 _MIN_DELAY_S = 500e-6   # the progress thread's polling backoff
 _MAX_DELAY_S = 5e-3
 
@@ -136,87 +131,6 @@ def _self_comm() -> MPI.Intracomm:
     return _self[0]
 
 
-class _Channel:
-    """The private duplicate of one communicator that its calls talk on,
-    with the sequence numbers of the calls posted on it.  Posting is local:
-    the duplicate comes from MPI_Comm_idup, and calls posted before it is
-    ready wait in `queued` (in issue order) until someone's progress finds
-    it ready and posts them."""
-
-    __slots__ = ("comm", "dup", "queued", "seq", "live", "closing", "lock")
-
-    def __init__(self, comm: MPI.Intracomm) -> None:
-        self.comm, self.dup = MPI.Intracomm(comm).Idup()
-        self.queued: list[_Op] = []
-        self.seq = 0
-        self.live = 0          # calls posted and not yet complete
-        self.closing = False   # the user's communicator was freed
-        self.lock = threading.Lock()
-
-    def tag(self) -> int:
-        """The header tag of the next call: its large frames go on tag + 1,
-        the answers to frames taken from the node heap on tag + 2 (between
-        the same two ranks, in the other direction, a frame on tag + 1 would
-        match the receive of an answer posted before it)."""
-        tag = 3 * (self.seq % ((_TAG_UB + 1) // 3))
-        self.seq += 1
-        return tag
-
-    def post(self, op: _Op) -> None:
-        with self.lock:
-            self.live += 1
-            if self.dup is None:
-                op.post(self.comm)
-            else:
-                self.queued.append(op)
-
-    def ready(self, block: bool) -> bool:
-        """Whether the duplicate is ready (then every queued call is posted)."""
-        if self.dup is None:
-            return True
-        if not self.lock.acquire(blocking=block):
-            return False
-        try:
-            if self.dup is not None:
-                if block:
-                    self.dup.Wait()
-                elif not self.dup.Test():
-                    return False
-                for op in self.queued:
-                    op.post(self.comm)
-                self.queued = []
-                self.dup = None
-            return True
-        finally:
-            self.lock.release()
-
-    def ended(self) -> None:
-        """One of its calls is complete (received all its messages)."""
-        with self.lock:
-            self.live -= 1
-            if self.closing and self.live == 0:
-                self._free()
-
-    def close(self) -> None:
-        """The user's communicator is being freed: free the duplicate once
-        no call in flight can post another receive on it (now, or when the
-        last one ends).  Called inside MPI_Comm_free: the lock is waited for
-        a bounded time, never for good, should the MPI library hold a lock
-        of its own there that a thread holding this one waits for."""
-        self.closing = True
-        if not self.lock.acquire(timeout=1.0):
-            return   # (a duplicate left to the end of the job at worst)
-        try:
-            if self.live == 0 and self.dup is None:
-                self._free()
-        finally:
-            self.lock.release()
-
-    def _free(self) -> None:
-        if not MPI.Is_finalized() and not _stop.is_set() and self.comm != MPI.COMM_NULL:
-            self.comm.Free()
-
-
 def _on_free(comm: MPI.Comm, keyval: int, channel: _Channel) -> None:
     channel.close()
 
@@ -228,46 +142,12 @@ def _channel(comm: MPI.Intracomm) -> _Channel:
     channel = comm.Get_attr(_CHANNEL)
     if channel is None:
         _self_comm()
-        channel = _Channel(comm)
+        channel = _Channel(comm, _TAG_UB, _stop.is_set)
         comm.Set_attr(_CHANNEL, channel)
     return channel
 
 
 # ------------------------------------------------------------ one call
-
-class _Frame:
-    """A frame inside a header message (what objects._load reads)."""
-
-    __slots__ = ("view",)
-
-    def __init__(self, view: memoryview) -> None:
-        self.view = view
-
-
-class _Outgoing:
-    """What one frame becomes on the wire: the header message (with the
-    frame inside when it fits) and the frame itself when it does not --
-    or, for a frame in the node heap (`objects_heap`), the header alone,
-    which carries its offset."""
-
-    __slots__ = ("head", "frame", "in_heap")
-
-    def __init__(self, frame: Any) -> None:
-        nbytes = len(frame.view)
-        self.frame: _Block | None = None
-        self.in_heap: HeapFrame | None = None
-        at = 0
-        if _PREFIX + nbytes <= _EAGER_NBYTES:
-            self.head = _Block(_PREFIX + nbytes)
-            self.head.view[_PREFIX:] = frame.view
-        else:
-            self.head = _Block(_HEAD.size)
-            if isinstance(frame, HeapFrame):
-                self.in_heap, at = frame, frame.offset + 1
-            else:
-                self.frame = frame
-        _HEAD.pack_into(self.head.view, 0, nbytes, at)
-
 
 class _TokenBuffer(bytearray):
     """The buffer of a request's receive from this process: what mpi4py
@@ -303,15 +183,17 @@ class _Op:
 
     __slots__ = ("key", "name", "channel", "tag", "lock", "outgoing", "sources", "frames",
                  "requests", "arrivals", "pending", "posted", "released", "error", "finish",
-                 "token", "token_buffer", "heap", "heap_nbytes", "__weakref__")
+                 "token", "token_buffer", "comm", "heap_nbytes", "deferred", "__weakref__")
 
     def __init__(self, name: str, channel: _Channel | None,
                  outgoing: list[tuple[int, _Outgoing]], sources: list[int],
                  frames: dict[int, Any], finish: Callable[[dict[int, Any]], Any],
-                 heap: Any) -> None:
+                 comm: MPI.Intracomm) -> None:
         self.key = next(_keys)
         self.name, self.channel, self.finish = name, channel, finish
-        self.heap = heap   # (the node heap, where peers' frames may lie)
+        self.comm = comm   # (the program's: which node heaps peers' frames may lie in)
+        # frames in a heap this rank does not map yet: (source, bytes, offset + 1, heap)
+        self.deferred: list[tuple[int, int, int, int]] = []
         # bytes of the frames this rank wrote to or took from the heap
         self.heap_nbytes = sum(len(out.in_heap.view) for out in
                                {id(o): o for _, o in outgoing if o.in_heap}.values())
@@ -367,38 +249,66 @@ class _Op:
                 return False
             moved = True
         while self.pending:
+            if self.deferred:
+                deferred, self.deferred = self.deferred, []
+                for args in deferred:
+                    moved = self._from_heap(*args, block) or moved
+                if not self.pending:
+                    break
             done = (MPI.Request.Waitsome if block else MPI.Request.Testsome)(self.requests)
             if not done:
                 return moved
             moved = True
             for i in done:
-                self._arrived(i)
+                self._arrived(i, block)
         self.release()
         return True
 
-    def _arrived(self, i: int) -> None:
+    def _from_heap(self, source: int, nbytes: int, at: int, key: int, block: bool) -> bool:
+        """Take the frame `source` put at offset `at` - 1 of node heap `key`,
+        and answer it; False where this rank does not map that heap yet and
+        `block` is false: tried again on the next move.  (A peer may set up
+        COMM_WORLD's pool and post before this rank's own set-up has
+        returned; a rank that waits for the call can set nothing up any
+        more, and fails it.)  A failure fails the call once its other
+        messages have come; the sender's block goes back whatever happens."""
+        try:
+            heap = find_heap(self.comm, key)
+        except ValueError as exc:
+            if not block:
+                self.deferred.append((source, nbytes, at, key))
+                return False
+            heap, self.error = None, self.error or exc
+        self.pending -= 1
+        try:
+            if heap is not None:
+                frame = _Block(nbytes)
+                fetch(heap, at - 1, nbytes, frame)
+                self.frames[source] = frame
+                self.heap_nbytes += nbytes
+        except Exception as exc:
+            self.error = self.error or exc
+        finally:
+            answer = self.channel.comm.Isend([_ACK, MPI.BYTE], source, self.tag + 2)
+            with _SENDS_LOCK:
+                _SENDS.append((answer, None))
+        return True
+
+    def _arrived(self, i: int, block: bool) -> None:
         source, block, header = self.arrivals[i]
         if not header:
             self.frames[source] = block
             self.pending -= 1
             return
-        nbytes, at = _HEAD.unpack_from(block.view, 0)
+        nbytes, at, key = _HEAD.unpack_from(block.view, 0)
         if _PREFIX + nbytes <= _EAGER_NBYTES:
             self.frames[source] = _Frame(block.view[_PREFIX:_PREFIX + nbytes])
             self.pending -= 1
             return
-        frame = _Block(nbytes)
         if at:
-            try:
-                fetch(self.heap, at - 1, nbytes, frame)
-            finally:   # (the sender's block goes back even when this failed)
-                answer = self.channel.comm.Isend([_ACK, MPI.BYTE], source, self.tag + 2)
-                with _SENDS_LOCK:
-                    _SENDS.append((answer, None))
-            self.frames[source] = frame
-            self.heap_nbytes += nbytes
-            self.pending -= 1
+            self._from_heap(source, nbytes, at, key, block)
             return
+        frame = _Block(nbytes)
         self.requests.append(self.channel.comm.Irecv([frame.view, MPI.BYTE], source,
                                                      self.tag + 1))
         self.arrivals.append((source, frame, False))
@@ -407,13 +317,13 @@ class _Op:
         """Every message came (or the call failed): complete the request."""
         self.released = True
         self.requests = self.arrivals = []
-        figures = _FIGURES[self.name]
-        if self.heap_nbytes:
-            figures[0] += 1
-            figures[2] += self.heap_nbytes
-        else:
-            figures[1] += 1
         with _LOCK:
+            figures = _FIGURES[self.name]
+            if self.heap_nbytes:
+                figures[0] += 1
+                figures[2] += self.heap_nbytes
+            else:
+                figures[1] += 1
             _LIVE.pop(self.key, None)
             _RELEASED[self.key] = self
         if self.channel is not None:
@@ -595,11 +505,10 @@ class ObjectRequest(MPI.Request):
 
 def post(name: str, comm: MPI.Intracomm, mine: _Block | None,
          sends: dict[int, _Block], sources: list[int], own: int | None,
-         finish: Callable[[dict[int, Any]], Any], t0: float,
-         heap: Any = None) -> ObjectRequest:
+         finish: Callable[[dict[int, Any]], Any], t0: float) -> ObjectRequest:
     """Post call `name`: `sends` {dest: frame} (one _Outgoing per distinct
-    frame; in the node heap `heap` or private), receives from `sources`,
-    `mine` this rank's own frame (stored under rank `own`)."""
+    frame; in the node heap or private), receives from `sources`, `mine`
+    this rank's own frame (stored under rank `own`)."""
     outgoing: dict[int, _Outgoing] = {}
     for frame in sends.values():
         if id(frame) not in outgoing:
@@ -607,7 +516,7 @@ def post(name: str, comm: MPI.Intracomm, mine: _Block | None,
     wire = [(dest, outgoing[id(frame)]) for dest, frame in sends.items()]
     frames: dict[int, Any] = {} if mine is None else {own: mine}
     channel = _channel(comm) if comm.Get_size() > 1 else None
-    op = _Op(name, channel, wire, sources, frames, finish, heap)
+    op = _Op(name, channel, wire, sources, frames, finish, comm)
     req = op.request()
     if channel is None:
         op.posted = True

@@ -27,9 +27,12 @@ def stats() -> dict[str, dict[str, float]]:
     ``zerocopy_calls`` (pool calls that read or wrote the ranks' own
     buffers in place: pool-resident arrays, no copy through the halves).
     The nonblocking object collectives (``comm.ibcast`` & co., an extension
-    of mpi4py's API) appear as ``"ibcast(obj)"``, ...: every one passes
-    through MPI (``passthrough_calls``; ``seconds`` with CXLMPI_STATS=1:
-    posting, and their requests' own ``wait``/``test``); ``comm.ibarrier()``
+    of mpi4py's API) appear as ``"ibcast(obj)"``, ...: ``pool_calls`` where
+    this rank wrote a large pickle to the node heap or took one from it
+    (CXLMPI_OBJECTS=1; ``nbytes``: those pickles' bytes, this rank's
+    alone), ``passthrough_calls`` otherwise (``seconds`` with
+    CXLMPI_STATS=1: posting, and their requests' own ``wait``/``test``);
+    ``comm.ibarrier()``
     is ``Ibarrier`` and counts as ``"ibarrier"``.
     The nonblocking forms appear as ``"iallreduce"``, ``"ibcast"``, ...:
     ``pool_calls`` counts the calls posted to the pool (nonblocking ones and

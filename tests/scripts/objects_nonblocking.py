@@ -31,6 +31,13 @@ and what cxlmpi.stats() counted.  Scenarios:
             counted as a pool call (its sizes differing per rank and call);
             then the same with the heap full, where MPI carries them, and
             with rank 0's arena alone full (both paths in one call)
+  alias     (below MPI_THREAD_MULTIPLE: a peer takes a frame only in its
+            wait) a root's ibcast and every rank's iallgather and iallreduce
+            waited, their results changed in place, and only then waited by
+            the peers: the peers get what was sent
+  late      COMM_WORLD's pool set up by a blocking Allreduce that one rank
+            enters after posting, the sender before: the header names a
+            heap the receiver does not map yet when it comes
   errors    an invalid root, a scatter with the wrong number of objects,
             an unpicklable object: each raises stock's error at the post,
             on the ranks that made it, and the communicator goes on
@@ -375,6 +382,64 @@ def heap() -> None:
     del hog
 
 
+def alias() -> None:
+    comm.Allreduce(np.zeros(1 << 16), np.zeros(1 << 16))   # (the pool is set up)
+    # (and the private duplicate, so that a post sends its headers at once:
+    # without a progress thread nothing else would post them before a wait)
+    check("the first call", comm.iallgather(rank).wait(), list(range(size)))
+    calls["iallgather"] = 1
+    n = 1 << 16   # (512 KiB arrays: their frames go through the heap)
+    for k, root in enumerate(range(size)):
+        sent = {"a": np.arange(n, dtype=np.float64) + k, "rank": rank}
+        want_b = plain.bcast(sent if rank == root else None, root)
+        want_g = plain.allgather(sent)
+        want_r = plain.allreduce(sent["a"])
+        if rank == root:
+            got = comm.ibcast(sent, root).wait()
+            got["a"][:] = -1.0            # (the root's own copy: MPI returns a new one)
+            check(f"ibcast {k}: the root's own result", got["rank"], rank)
+        else:
+            req_b = comm.ibcast(None, root)
+        req_g, req_r = comm.iallgather(sent), comm.iallreduce(sent["a"])
+        if rank == root:                   # (the root completes first and writes)
+            got_g, got_r = req_g.wait(), req_r.wait()
+            got_g[rank]["a"][:] = -2.0
+            got_r[:] = -3.0
+            plain.barrier()
+        else:
+            plain.barrier()
+            check(f"ibcast {k} after the root changed its result", req_b.wait(), want_b)
+            got_g, got_r = req_g.wait(), req_r.wait()
+            check(f"iallgather {k} after the root changed its result", got_g, want_g)
+            check(f"iallreduce {k} after the root changed its result", got_r, want_r)
+        for name in ("ibcast", "iallgather", "iallreduce"):
+            calls[name] = calls.get(name, 0) + 1
+    calls["iallgather"] -= 1   # (the first call: passed through)
+    pool_calls = {name: cxlmpi.stats()[f"{name}(obj)"]["pool_calls"] for name in calls}
+    if size > 1 and pool_calls != calls:
+        problems.append(f"rank {rank}: pool calls {pool_calls}, the script made {calls}")
+    calls.clear()
+    calls["iallgather"] = 1
+
+
+def late() -> None:
+    whole = cxlmpi.wrap(MPI.COMM_WORLD)   # (its pool: set up below, on the sender first)
+    obj = {"a": np.arange(1 << 16, dtype=np.float64) * 3, "from": 1}
+    x, y = np.arange(1 << 16, dtype=np.float64), np.zeros(1 << 16)
+    if rank == 1:
+        whole.Allreduce(x, y)
+        req = comm.ibcast(obj, root=1)
+    else:
+        req = comm.ibcast(None, root=1)
+        whole.Allreduce(x, y)
+    check("ibcast through a heap set up after its post", req.wait(), plain.bcast(obj, 1))
+    calls["ibcast"] = 1
+    pooled = cxlmpi.stats()["ibcast(obj)"]["pool_calls"]
+    if pooled != 1:
+        problems.append(f"rank {rank}: ibcast pool calls {pooled}, not 1")
+    calls.clear()
+
+
 def errors() -> None:
     def raises(what: str, error: type, post) -> None:
         try:
@@ -400,7 +465,8 @@ def errors() -> None:
 
 
 {"each": each, "crossed": crossed, "rounds": rounds, "free": free, "own": own,
- "local": local, "stock": stock_only, "errors": errors, "heap": heap}[SCENARIO]()
+ "local": local, "stock": stock_only, "errors": errors, "heap": heap, "alias": alias,
+ "late": late}[SCENARIO]()
 figures = cxlmpi.stats()
 counted = {name: figures[f"{name}(obj)"]["passthrough_calls"] for name in calls}
 if counted != calls:
