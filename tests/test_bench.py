@@ -279,8 +279,9 @@ POSTED_ENV = {**SMALL_POOL_ENV, "CXLMPI_NONBLOCKING_THRESHOLD": "0", "CXLMPI_CAC
 def test_overlap_records_paths_and_validation(tmp_path: Path) -> None:
     """--overlap --validate: one record per nonblocking collective, each
     result equal to stock's on the same data, the path each form took (the
-    pool, posted and blocking alike, at 64 KiB under CXLMPI_TUNING=pool),
-    and the ratios derived from the timings it reports."""
+    pool, posted, persistent and blocking alike, at 64 KiB under
+    CXLMPI_TUNING=pool), and the ratios derived from the timings it
+    reports."""
     out = tmp_path / "overlap.json"
     run_mpi(2, ["-m", "cxlmpi.bench", "--overlap", "--overlap-ops", "all", "--sizes", "64K",
                 *FAST, "--validate", "--json", str(out)], env=POSTED_ENV, timeout=TIMEOUT)
@@ -293,14 +294,17 @@ def test_overlap_records_paths_and_validation(tmp_path: Path) -> None:
     assert data["metadata"]["bench"]["validate"] is True
     for r in records:
         assert r["valid"] is True and r["validation_errors"] == [], r
-        assert (r["posted_path"], r["blocking_path"]) == ("pool", "pool"), r
+        assert (r["posted_path"], r["persistent_path"], r["blocking_path"]) == \
+            ("pool", "pool", "pool"), r
         for who in ("stock", "cxlmpi"):
-            for key in ("blocking_us", "pure_us", "compute_us", "total_us"):
+            for key in ("blocking_us", "persistent_us", "pure_us", "compute_us", "total_us"):
                 assert math.isfinite(r[f"{who}_{key}"]) and r[f"{who}_{key}"] > 0, r
             assert 0 <= r[f"{who}_overlap_pct"] <= 100, r
         assert r["speedup"] == pytest.approx(r["stock_total_us"] / r["cxlmpi_total_us"])
         assert r["posted_over_blocking"] == pytest.approx(
             r["cxlmpi_pure_us"] / r["cxlmpi_blocking_us"])
+        assert r["persistent_over_blocking"] == pytest.approx(
+            r["cxlmpi_persistent_us"] / r["cxlmpi_blocking_us"])
 
 
 CORRUPT_POSTED = """
