@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import numpy as np
 from mpi4py import MPI
 
 from .. import config
@@ -144,6 +143,8 @@ def fetch(heap: Pool, offset: int, nbytes: int, into: Any) -> None:
     """Copy a peer's frame of `nbytes` at `offset` of the node heap into
     the private buffer `into` (a `_Block` of that size); ValueError where
     the range is not in the heap's arenas."""
+    import numpy as np  # (not at import: a program's own imports come first)
+
     source = heap.view(offset, nbytes)   # (checks the range against the arenas)
     src = np.frombuffer(source, np.uint8)
     if heap.software_coherence:

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from mpi4py import MPI
 
 from .objects import _Block
 from .objects_heap import HeapFrame
-
-if TYPE_CHECKING:
-    from .objects_progress import _Op
 
 __all__ = ["_Channel", "_Frame", "_Outgoing", "_EAGER_NBYTES", "_PREFIX", "_HEAD", "_ACK"]
 
@@ -44,7 +41,7 @@ class _Channel:
         self.tag_ub = tag_ub        # (MPI's TAG_UB)
         self.stopping = stopping    # (whether this process is shutting the calls down)
         self.comm, self.dup = MPI.Intracomm(comm).Idup()
-        self.queued: list[_Op] = []
+        self.queued: list[Any] = []   # (objects_progress._Op: calls waiting for it)
         self.seq = 0
         self.live = 0          # calls posted and not yet complete
         self.closing = False   # the user's communicator was freed
@@ -59,7 +56,7 @@ class _Channel:
         self.seq += 1
         return tag
 
-    def post(self, op: _Op) -> None:
+    def post(self, op: Any) -> None:
         with self.lock:
             self.live += 1
             if self.dup is None:
