@@ -114,13 +114,15 @@ def test_large_frames_go_through_the_node_heap(nranks: int, coherence: str) -> N
     assert out["ok"], out["problems"]
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_a_result_is_not_the_frame_peers_read(nranks: int) -> None:
+@pytest.mark.parametrize("nranks, objects", [(2, "1"), (3, "1"), (2, "0")])
+def test_a_result_is_not_the_frame_peers_read(nranks: int, objects: str) -> None:
     """A root's ibcast and every rank's iallgather and iallreduce: the
     root waits, changes its results in place, and only then do its peers
     take their frames (no progress thread: in their wait); they get what
-    was sent, as under stock mpi4py, whose root gets its own copy."""
-    env = {**POOL, "CXLMPI_ARENA_SIZE": "16M", "MPI4PY_RC_THREAD_LEVEL": "serialized"}
+    was sent, as under stock mpi4py, whose root gets its own copy -- the
+    frames in the node heap, or (CXLMPI_OBJECTS=0) sent by MPI."""
+    env = {**POOL, "CXLMPI_ARENA_SIZE": "16M", "MPI4PY_RC_THREAD_LEVEL": "serialized",
+           "CXLMPI_OBJECTS": objects}
     out = result(env, nranks, "alias", timeout=120)
     assert out["ok"], out["problems"]
 

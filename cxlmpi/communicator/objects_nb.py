@@ -25,7 +25,7 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from .objects import _Block, _fold, _load, _Payload
-from .objects_heap import HeapFrame, frame_in, heap_of
+from .objects_heap import frame_in, heap_of
 from .objects_progress import ObjectRequest, figures, post, reset_figures
 from .objects_wire import _EAGER_NBYTES, _PREFIX
 
@@ -54,13 +54,16 @@ def _frame(heap: Any, obj: Any) -> _Block:
 
 
 def _framed(heap: Any, obj: Any) -> tuple[_Block, _Block]:
-    """(this rank's own frame, the frame it sends) of `obj`: one frame, but
-    where the sent one lies in the node heap the own one is a private copy
-    (what this rank unpickles must not be memory its peers are still
-    reading, nor hold the heap while the program keeps the result)."""
+    """(this rank's own frame, the frame it sends) of `obj`: one frame where
+    it travels inside its header (copied there when posted), else two --
+    what this rank unpickles must not be memory its peers are still
+    reading, through the heap or from MPI's send (a program may change its
+    result at once; stock's is a copy of its own), nor hold the heap while
+    the program keeps the result."""
     payload = _Payload(obj)
     sent = frame_in(heap, payload, _EAGER_NBYTES - _PREFIX)
-    return (payload.frame() if isinstance(sent, HeapFrame) else sent), sent
+    own = payload.frame() if payload.frame_nbytes > _EAGER_NBYTES - _PREFIX else sent
+    return own, sent
 
 
 def _items(comm: MPI.Intracomm, sendobj: Any, heap: Any) -> list[_Block]:
