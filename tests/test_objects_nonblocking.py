@@ -138,6 +138,17 @@ def test_a_heap_set_up_after_the_post(level: str) -> None:
     assert out["ok"], out["problems"]
 
 
+@pytest.mark.parametrize("level", ["multiple", "serialized"])
+def test_heap_frames_waited_after_their_communicator_is_freed(level: str) -> None:
+    """An ibcast and an iallgather whose frames lie in the node heap, their
+    communicator freed before they are waited (MPI allows it): each
+    completes with stock's result (the heap is found among those the rank
+    mapped when it posted)."""
+    env = {**POOL, "CXLMPI_ARENA_SIZE": "16M", "MPI4PY_RC_THREAD_LEVEL": level}
+    out = result(env, 2, "freed", timeout=120)
+    assert out["ok"], out["problems"]
+
+
 def test_errors_raise_at_the_post() -> None:
     """An invalid root (MPI.Exception), a scatter or alltoall of the wrong
     number of objects (ValueError, stock's message), an unpicklable object

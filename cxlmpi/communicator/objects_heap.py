@@ -39,13 +39,13 @@ from .._pool import Pool, PoolError, PoolNoSpace, flush
 from ..pools.state import _states
 from .objects import _Payload
 
-__all__ = ["heap_of", "heap_key", "find_heap", "HeapFrame", "fetch", "frame_in"]
+__all__ = ["heap_of", "heaps_of", "heap_key", "find_heap", "HeapFrame", "fetch", "frame_in"]
 
 # Set on a communicator: whether COMM_WORLD holds every rank of it.
 _IN_WORLD = MPI.Comm.Create_keyval()
 
 
-def _heaps(comm: MPI.Intracomm) -> list[Pool]:
+def heaps_of(comm: MPI.Intracomm) -> list[Pool]:
     """The node heaps this rank maps that every rank of `comm` maps too,
     setting nothing up: the heap of `comm`'s own pool, then of COMM_WORLD's
     where that holds every rank of `comm` (not so for a communicator made
@@ -78,7 +78,7 @@ def heap_of(comm: MPI.Intracomm) -> Pool | None:
     rank: nobody to send to)."""
     if comm.Get_size() < 2:
         return None
-    heaps = _heaps(comm)
+    heaps = heaps_of(comm)
     return heaps[0] if heaps else None
 
 
@@ -89,11 +89,17 @@ def heap_key(heap: Pool) -> int:
     return int.from_bytes(digest, "little") or 1
 
 
-def find_heap(comm: MPI.Intracomm, key: int) -> Pool:
-    """The heap named `key` among those this rank maps for `comm`, now;
-    ValueError where there is none (the sender's heap is not mapped here)."""
-    for heap in _heaps(comm):
-        if heap_key(heap) == key:
+def find_heap(comm: MPI.Intracomm, key: int, known: list[Pool]) -> Pool:
+    """The heap named `key` among those this rank maps for `comm` now, or
+    among `known` (those it mapped when it posted the call: `comm` may have
+    been freed since, with the call in flight, as MPI allows); ValueError
+    where there is none (the sender's heap is not mapped here)."""
+    try:
+        heaps = heaps_of(comm)
+    except Exception:   # (a freed communicator)
+        heaps = []
+    for heap in heaps + known:
+        if not heap.closed and heap_key(heap) == key:
             return heap
     raise ValueError("cxlmpi: a peer sent an object through a node heap this rank does not "
                      "map (its communicator's pool, or COMM_WORLD's, is not set up here, or "

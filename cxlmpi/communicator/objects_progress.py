@@ -62,7 +62,7 @@ from mpi4py import MPI
 
 from .. import config
 from .objects import _Block
-from .objects_heap import fetch, find_heap
+from .objects_heap import fetch, find_heap, heaps_of
 from .objects_wire import _ACK, _EAGER_NBYTES, _HEAD, _PREFIX, _Channel, _Frame, _Outgoing
 
 __all__ = ["ObjectRequest", "post", "figures", "reset_figures"]
@@ -183,7 +183,8 @@ class _Op:
 
     __slots__ = ("key", "name", "channel", "tag", "lock", "outgoing", "sources", "frames",
                  "requests", "arrivals", "pending", "posted", "released", "error", "finish",
-                 "token", "token_buffer", "comm", "heap_nbytes", "deferred", "__weakref__")
+                 "token", "token_buffer", "comm", "heaps", "heap_nbytes", "deferred",
+                 "__weakref__")
 
     def __init__(self, name: str, channel: _Channel | None,
                  outgoing: list[tuple[int, _Outgoing]], sources: list[int],
@@ -192,6 +193,7 @@ class _Op:
         self.key = next(_keys)
         self.name, self.channel, self.finish = name, channel, finish
         self.comm = comm   # (the program's: which node heaps peers' frames may lie in)
+        self.heaps = heaps_of(comm) if sources and config.get().objects else []
         # frames in a heap this rank does not map yet: (source, bytes, offset + 1, heap)
         self.deferred: list[tuple[int, int, int, int]] = []
         # bytes of the frames this rank wrote to or took from the heap
@@ -273,7 +275,7 @@ class _Op:
         more, and fails it.)  A failure fails the call once its other
         messages have come; the sender's block goes back whatever happens."""
         try:
-            heap = find_heap(self.comm, key)
+            heap = find_heap(self.comm, key, self.heaps)
         except ValueError as exc:
             if not block:
                 self.deferred.append((source, nbytes, at, key))

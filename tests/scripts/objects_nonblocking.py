@@ -38,6 +38,8 @@ and what cxlmpi.stats() counted.  Scenarios:
   late      COMM_WORLD's pool set up by a blocking Allreduce that one rank
             enters after posting, the sender before: the header names a
             heap the receiver does not map yet when it comes
+  freed     frames in the node heap (COMM_WORLD's pool holds it) still to be
+            taken when their communicator is freed, as MPI allows
   errors    an invalid root, a scatter with the wrong number of objects,
             an unpicklable object: each raises stock's error at the post,
             on the ranks that made it, and the communicator goes on
@@ -449,6 +451,24 @@ def late() -> None:
     calls.clear()
 
 
+def freed() -> None:
+    whole = cxlmpi.wrap(MPI.COMM_WORLD)
+    whole.Allreduce(np.zeros(1 << 16), np.zeros(1 << 16))   # (COMM_WORLD's pool)
+    sub = cxlmpi.wrap(world.Dup())
+    check("the first call", sub.iallgather(rank).wait(), list(range(size)))
+    obj = {"a": np.arange(1 << 16, dtype=np.float64), "from": 0}
+    parts = [np.arange(1 << 15, dtype=np.float64) + q for q in range(size)]
+    reqs = [("ibcast", sub.ibcast(obj if rank == 0 else None, 0), plain.bcast(obj, 0)),
+            ("iallgather", sub.iallgather(parts[rank]), plain.allgather(parts[rank]))]
+    sub.Free()
+    for name, req, want in reqs:
+        check(f"{name} waited after Free", req.wait(), want)
+    calls.update(iallgather=1, ibcast=1)   # (the first call aside)
+    check_pooled()
+    calls.clear()
+    calls["iallgather"] = 1   # (the first call: passed through)
+
+
 def errors() -> None:
     def raises(what: str, error: type, post) -> None:
         try:
@@ -475,7 +495,7 @@ def errors() -> None:
 
 {"each": each, "crossed": crossed, "rounds": rounds, "free": free, "own": own,
  "local": local, "stock": stock_only, "errors": errors, "heap": heap, "alias": alias,
- "late": late}[SCENARIO]()
+ "late": late, "freed": freed}[SCENARIO]()
 figures = cxlmpi.stats()
 counted = {name: figures[f"{name}(obj)"]["passthrough_calls"] for name in calls}
 if counted != calls:
