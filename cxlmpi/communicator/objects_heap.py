@@ -124,9 +124,9 @@ class HeapFrame:
 def frame_in(heap: Pool | None, payload: _Payload, eager_nbytes: int) -> Any:
     """`payload`'s frame: in the node heap where CXLMPI_OBJECTS is on and it
     is too large for a header message (`eager_nbytes`) and at least the
-    thresholds, else a private `_Block` (objects._Payload.frame).  (At 2
-    ranks on one node the heap and MPI's point-to-point take about as long
-    from 1 MiB, MPI less below: measured with tools/bench_objects.py.)"""
+    thresholds, else a private `_Block` (objects._Payload.frame).  (Below
+    CXLMPI_NONBLOCKING_THRESHOLD the heap saved nothing over MPI in
+    tools/bench_objects.py: 2 ranks, one 2-core VM.)"""
     nbytes = payload.frame_nbytes
     cfg = config.get()
     if heap is None or not cfg.objects or cfg.disable or nbytes <= eager_nbytes:
