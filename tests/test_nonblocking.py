@@ -17,6 +17,7 @@ from harness import run_mpi
 
 SCRIPT = "tests/scripts/nonblocking.py"
 FORMS = "tests/scripts/posted_forms.py"
+FIRST = "tests/scripts/posted_first.py"
 # Every size through the pool (CXLMPI_NONBLOCKING_THRESHOLD=0): the tests'
 # messages are small, to stay quick.
 ANY = {"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off", "CXLMPI_NONBLOCKING_THRESHOLD": "0"}
@@ -211,3 +212,17 @@ def test_calls_in_flight_at_finalize_end_before_mpi_does(nranks: int) -> None:
     assert all(r["same"] for r in results), results
     assert "after finalizing" not in proc.stderr + proc.stdout, proc.stderr
     assert "still in flight at MPI_Finalize" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_posted_call_never_waits_for_its_peers(nranks: int) -> None:
+    """Rank 0 posts Iallreduce, Ibcast, Ibarrier and Iallgatherv, then sends
+    to each peer, which receives before it posts them (legal: stock runs
+    it): stock's values, on a fresh communicator, on one whose pool is set
+    up, and on one whose pool takes posted calls (it must take some).
+    Before, the posted calls waited for their peers in the pool's set-up
+    (or in reserving its data halves) while the peers waited in MPI_Recv:
+    the job hung."""
+    out = result(POOL, nranks, "", script=FIRST)
+    assert out["ok"], out["problems"]
+    assert out["posted"] > 0, out

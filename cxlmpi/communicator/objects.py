@@ -185,6 +185,7 @@ def _pool(comm: MPI.Intracomm) -> Pool | None:
     cfg = config.get()
     if comm.Get_size() < 2:
         return None
+    _shim.ready_posted(comm)   # (a blocking call: posted calls may have asked)
     if comm.Get_attr(_AGREED) is None:
         check_agreed(comm, cfg)
         comm.Set_attr(_AGREED, True)

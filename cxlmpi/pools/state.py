@@ -1,7 +1,8 @@
-"""Per-communicator pool state: set up on a communicator's first pool call
-(collective), found by the compiled hot path through its MPI handle, freed
-with the communicator (an MPI attribute) or at exit; and the turning of an
-algorithm's failure into the exception the user sees."""
+"""Per-communicator pool state: set up at a communicator's first blocking
+collective, whatever its size (collective), found by the compiled hot path
+through its MPI handle, freed with the communicator (an MPI attribute) or
+at exit; and the turning of an algorithm's failure into the exception the
+user sees."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class _State:
     collective of config.COLLECTIVES, whether it runs over the hierarchy."""
 
     __slots__ = ("pool", "error", "only", "probe", "order", "order_at", "left", "stuck",
-                 "routes", "hosts", "key", "held")
+                 "routes", "hosts", "key", "held", "wanted")
 
     def __init__(self, pool: Pool | Hierarchy | None,
                  probe: MPI.Intracomm | None = None, ordering: bool = False) -> None:
@@ -77,6 +78,10 @@ class _State:
         self.key: tuple | None = None
         # a closed Hierarchy, whose leaders' communicator waits for `free`
         self.held: Hierarchy | None = None
+        # a posted call found the data halves not reserved (it went to MPI,
+        # as it may not wait for its peers): the next blocking call reserves
+        # them (_shim `ready_wanted`)
+        self.wanted = False
 
     def close(self) -> None:
         remember(self.routes, self.pool)
@@ -271,7 +276,8 @@ _warned_no_room = False
 
 
 def _state_for(comm: MPI.Intracomm) -> _State:
-    """Collective: set up the pool state of `comm` on its first pool call.
+    """Collective: set up the pool state of `comm` at its first blocking
+    collective (_shim `enter`), or the first call that needs it.
     The set-up talks through a plain Intracomm on the same handle: its
     lower-case (object) collectives must not come back here.  A pool that
     /dev/shm (or the pool file) cannot hold leaves the communicator with MPI

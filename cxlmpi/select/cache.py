@@ -19,6 +19,7 @@ the compiled route table, so it is trusted only as far as it is checked:
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -48,6 +49,12 @@ MAX_SECONDS = 3600.0
 _SIZE_KEY = re.compile(r"(0|[1-9][0-9]{0,19})")
 
 _warned: set[str] = set()
+# The file read last, (path, identity), and its text; the valid part of the
+# file validated last, (path, identity), and what `read_cache` made of it
+# (read-only): a communicator's set-up reads the cache, and every blocking
+# collective's first call on a communicator sets one up.
+_last_read: list[Any] = [None, None]
+_last_valid: list[Any] = [None, None]
 
 
 def cache_path(cfg: config.Config | None = None) -> str | None:
@@ -118,13 +125,15 @@ def _refusal(st: os.stat_result) -> str | None:
     return None
 
 
-def _read_text(path: str) -> str | None:
-    """The file's text, None when it is missing; OSError (whose message
-    says why) when it is there but not to be read."""
+def _read_text(path: str) -> tuple[str | None, tuple[int, ...]]:
+    """The file's text, None when it is missing, and the identity of what
+    was read (device, inode, size, times; () for none); OSError (whose
+    message says why) when it is there but not to be read.  The text of
+    the identity read last is not read again."""
     try:
         seen = os.lstat(path)
     except FileNotFoundError:
-        return None
+        return None, ()
     why = "is a symbolic link" if stat.S_ISLNK(seen.st_mode) else _refusal(seen)
     if why:
         raise OSError(why)
@@ -136,6 +145,9 @@ def _read_text(path: str) -> str | None:
             why = "changed while it was opened"
         if why:
             raise OSError(why)
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if _last_read[0] == (path, identity):
+            return _last_read[1], identity
         chunks, left = [], MAX_NBYTES + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -147,7 +159,9 @@ def _read_text(path: str) -> str | None:
             raise OSError(f"is larger than {MAX_NBYTES} bytes")
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8")
+    text = b"".join(chunks).decode("utf-8")
+    _last_read[:] = [(path, identity), text]
+    return text, identity
 
 
 def _seconds(value: Any) -> float | None:
@@ -237,26 +251,43 @@ def read_cache(path: str | None, warn: bool = True) -> dict[str, Any]:
     it is missing or not to be read.  Whatever was left out draws one
     warning (`warn`) and is counted in "ignored" (a reason, or a count of
     entries)."""
-    out: dict[str, Any] = {"machines": {}}
+    return copy.deepcopy(_valid(path, warn))
+
+
+def _valid(path: str | None, warn: bool) -> dict[str, Any]:
+    """`read_cache`, shared: not to be changed.  A file read and validated
+    before, unchanged since, is not validated again."""
     if path is None:
-        return out
+        return {"machines": {}}
     try:
-        text = _read_text(path)
-        if text is None:
-            return out
-        data = json.loads(text)
-    except (OSError, ValueError, RecursionError) as exc:   # (UnicodeError is a ValueError)
+        text, identity = _read_text(path)
+        if text is not None and _last_valid[0] == (path, identity):
+            out = _last_valid[1]
+        else:
+            out = _parse(text)
+            _last_valid[:] = [(path, identity), out] if text is not None else [None, None]
+    except (OSError, ValueError) as exc:   # (UnicodeError is a ValueError)
         why = str(exc) if isinstance(exc, OSError) and not exc.errno else \
             f"could not be read ({type(exc).__name__}: {exc})"
-        out["ignored"] = why
-        if warn:
-            _warn(path, why)
+        out = {"machines": {}, "ignored": why}
+    if warn and "ignored" in out:
+        _warn(path, out["ignored"])
+    return out
+
+
+def _parse(text: str | None) -> dict[str, Any]:
+    """The valid part of a cache file's text (None: no file)."""
+    out: dict[str, Any] = {"machines": {}}
+    if text is None:
+        return out
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        out["ignored"] = f"could not be read ({type(exc).__name__}: {exc})"
         return out
     machines = data.get("machines") if isinstance(data, dict) else None
     if not isinstance(machines, dict):
         out["ignored"] = "is not a cache of cxlmpi's (no \"machines\" table)"
-        if warn:
-            _warn(path, out["ignored"])
         return out
     dropped = len(set(data) - {"machines"})
     for key, entry in machines.items():
@@ -268,8 +299,6 @@ def read_cache(path: str | None, warn: bool = True) -> dict[str, Any]:
         out["ignored"] = f"has {dropped} entr{'y' if dropped == 1 else 'ies'} that " \
             f"cxlmpi does not write (unknown collectives or paths, size classes out " \
             f"of range, timings that are not finite and positive)"
-        if warn:
-            _warn(path, out["ignored"])
     return out
 
 
@@ -278,7 +307,7 @@ def load_cache(path: str | None, fp: dict[str, Any]) -> dict[tuple[int, int, int
     class, placement): entry}, every one checked (`read_cache`); empty when
     there are none or the file is not to be read (a cache never stops a
     job)."""
-    machine = read_cache(path)["machines"].get(_key(fp))
+    machine = _valid(path, True)["machines"].get(_key(fp))
     out: dict[tuple[int, int, int], Any] = {}
     for name, sizes in (machine or {}).get("decisions", {}).items():
         for size, places in sizes.items():

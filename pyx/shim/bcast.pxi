@@ -109,13 +109,13 @@ def Ibcast(self, buf, int root=0):
 
 def Barrier_init(self, info=MPI.INFO_NULL):
     """Persistent Barrier."""
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_barrier(self)
     return nb_request(self, plan, BARRIER, _I.Barrier_init, (info,), True)
 
 
 def Bcast_init(self, buf, int root=0, info=MPI.INFO_NULL):
     """Persistent Broadcast."""
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_bcast(self, buf, root)
     return nb_request(self, plan, BCAST, _I.Bcast_init, (buf, root, info), True)

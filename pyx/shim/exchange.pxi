@@ -387,14 +387,14 @@ def Ialltoallv(self, sendbuf, recvbuf):
 def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoall."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
     return nb_request(self, plan, ALLTOALL, _I.Alltoall_init, (sendbuf, recvbuf, info), True)
 
 
 def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Scatter."""
-    enter_posting(self)
+    enter_init(self)
     if root == comm_rank(self):
         recvbuf = placed(recvbuf)
     return nb_request(self, nb_plan_scatter(self, sendbuf, recvbuf, root), SCATTER,
@@ -403,7 +403,7 @@ def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 
 def Scatterv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Scatterv."""
-    enter_posting(self)
+    enter_init(self)
     if root == comm_rank(self):
         recvbuf = placed(recvbuf)
     return nb_request(self, nb_plan_scatterv(self, sendbuf, recvbuf, root), SCATTERV,
@@ -413,6 +413,6 @@ def Scatterv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 def Alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoallv."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     return nb_request(self, nb_plan_alltoallv(self, sendbuf, recvbuf), ALLTOALLV,
                       _I.Alltoallv_init, (sendbuf, recvbuf, info), True)

@@ -419,7 +419,7 @@ def Igatherv(self, sendbuf, recvbuf, int root=0):
 def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgather."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
     return nb_request(self, plan, ALLGATHER, _I.Allgather_init, (sendbuf, recvbuf, info), True)
 
@@ -427,14 +427,14 @@ def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
 def Allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgatherv."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     return nb_request(self, nb_plan_allgatherv(self, sendbuf, recvbuf), ALLGATHERV,
                       _I.Allgatherv_init, (sendbuf, recvbuf, info), True)
 
 
 def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Gather."""
-    enter_posting(self)
+    enter_init(self)
     if root == comm_rank(self):
         sendbuf = placed(sendbuf)
     return nb_request(self, nb_plan_gather(self, sendbuf, recvbuf, root), GATHER,
@@ -443,7 +443,7 @@ def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
 
 def Gatherv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     """Persistent Gatherv."""
-    enter_posting(self)
+    enter_init(self)
     if root == comm_rank(self):
         sendbuf = placed(sendbuf)
     return nb_request(self, nb_plan_gatherv(self, sendbuf, recvbuf, root), GATHERV,

@@ -211,7 +211,7 @@ def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
 
 def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NULL):
     """Persistent Reduce."""
-    enter_posting(self)
+    enter_init(self)
     if root == comm_rank(self):
         sendbuf = placed(sendbuf)
     plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
@@ -222,7 +222,7 @@ def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NU
 def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent Allreduce."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, ALLREDUCE,
                       _I.Allreduce_init, (sendbuf, recvbuf, op, info), True)
@@ -231,7 +231,7 @@ def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
 def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent inclusive Scan."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, SCAN, _I.Scan_init, (sendbuf, recvbuf, op, info), True)
 
@@ -239,6 +239,6 @@ def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
 def Exscan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent exclusive Scan."""
     sendbuf = placed(sendbuf)
-    enter_posting(self)
+    enter_init(self)
     plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, EXSCAN, _I.Exscan_init, (sendbuf, recvbuf, op, info), True)

@@ -112,10 +112,42 @@ cdef inline object take_refusal():
 
 cdef inline int enter(object comm) except -1:
     """At the start of every intercepted blocking call: `enter_posting`,
-    and the calls posted on `comm`'s pool end first (shim/nonblocking.pxi)."""
+    and the calls posted on `comm`'s pool end first (shim/nonblocking.pxi).
+    A communicator's first one sets its pool up, whatever its size: a
+    decision every rank holds alike (the order of the calls), where its
+    size is not (a Bcast whose receivers name more bytes than the root
+    sends: the receivers would wait in the set-up, the root in MPI).  And
+    it reserves the data halves that posted calls found missing
+    (`ready_wanted`)."""
     enter_posting(comm)
+    if world_check is not None:
+        check_world(comm)
     if _live:
         settle_posted(comm)
+    if disabled:
+        return 0
+    state = comm_state(comm)
+    if state is None:   # (its first blocking collective, whatever its size)
+        state_of(comm, BARRIER)
+    elif state.wanted:
+        ready_wanted(comm, state)
+    return 0
+
+
+# The thread in a persistent collective's *_init (0: none), whose plan may
+# wait for the peers (set the pool up, reserve its data halves): MPI makes
+# *_init nonlocal; an I-form must return without them.
+cdef unsigned long _init_thread = 0
+
+
+cdef inline int enter_init(object comm) except -1:
+    """At the start of a persistent collective's *_init: `enter_posting`,
+    and its plan may wait for the peers (`planned`)."""
+    global _init_thread
+    enter_posting(comm)
+    if world_check is not None:
+        check_world(comm)
+    _init_thread = PyThread_get_thread_ident()
     return 0
 
 
@@ -123,12 +155,12 @@ cdef inline int enter_posting(object comm) except -1:
     """At the start of every intercepted call: the settings are read on the
     first one, not at import, so that a malformed variable is reported
     where it matters, once; the windows are those of `comm`'s pool."""
+    global _init_thread
+    _init_thread = 0
     if not configured:
         _config.get()
     if _refusals:
         take_refusal()
-    if world_check is not None:
-        check_world(comm)
     if hosts_apart:
         sized(comm)
         set_table(_sized_state)   # (this thread's: see lo1)
@@ -147,7 +179,10 @@ cdef object _world_handle = MPI.COMM_WORLD.handle
 
 
 def check_world_first(check):
-    """Run `check()` on the next intercepted collective on COMM_WORLD."""
+    """Run `check()` (collective) on the next intercepted blocking
+    collective or *_init on COMM_WORLD: not on a posted call, which never
+    waits for its peers -- nor takes the pool where no blocking call set
+    one up, so no setting chose its path yet."""
     global world_check
     world_check = check
 

@@ -134,3 +134,14 @@ cdef object state_of(object comm, int which):
     if state.pool is None or (state.only is not None and not state.only[which]):
         return None
     return state
+
+
+def ready_posted(object comm):
+    """(the blocking object collectives, cxlmpi.communicator.objects: the
+    same call on every rank) `ready_wanted`, where a posted call found
+    `comm`'s data halves missing."""
+    if disabled:
+        return
+    state = _states.get(comm.handle)
+    if state is not None and state.wanted:
+        ready_wanted(comm, state)

@@ -4,14 +4,10 @@ Each case runs on the wrapped communicator and on a plain one: every
 rank's outcome (it returned, or the class of the MPI error it raised) and
 what arrived in its buffer must be stock's.  Sizes straddle the pool's
 threshold (root below, receivers above, and the reverse) and lie inside its
-windows, on a communicator whose pool exists; those inside the windows
-also on a fresh one (its first call sets the pool up).  (Not tried: sizes
-straddling the threshold on a fresh communicator.  Each rank decides from
-its own size whether to set a pool up, and only the root knows what is
-sent: the receivers then wait in the set-up while the root is in MPI_Bcast.
-Setting the pool up at every communicator's first call, whatever its size,
-would avoid that for this erroneous call, but costs every correct program
-a pool set-up per communicator.)
+windows, each on a communicator whose pool exists and on a fresh one (its
+first call sets the pool up: at every communicator's first blocking
+collective, whatever its size, so that no rank decides from its own size
+whether to set a pool up -- only the root knows what is sent).
 
     mpiexec -n N python bcast_counts.py
 
@@ -60,7 +56,7 @@ def main() -> None:
              "receivers half the root's, in the pool": (128 << 10, 64 << 10)}
     results: dict[str, list] = {}
     for name, (root_nbytes, other_nbytes) in pairs.items():
-        for fresh in (True, False) if "in the pool" in name else (False,):
+        for fresh in (True, False):
             comm = cxlmpi.wrap(plain.Dup())
             ref = plain.Dup()
             for c in (comm, ref):

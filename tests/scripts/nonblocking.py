@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 from mpi4py import MPI
+from posting import ready
 
 import cxlmpi
 from cxlmpi import _shim
@@ -44,8 +45,7 @@ from cxlmpi import _shim
 SCENARIO = sys.argv[1]
 world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()
-comm = cxlmpi.wrap(world.Dup())
-plain = world.Dup()
+comm, plain = ready(cxlmpi.wrap(world.Dup())), world.Dup()
 problems: list[str] = []
 
 

@@ -30,6 +30,7 @@ import sys
 
 import numpy as np
 from mpi4py import MPI
+from posting import ready
 
 import cxlmpi
 from cxlmpi import _shim
@@ -50,9 +51,9 @@ def check(what: str, got, want) -> None:
 
 
 def both(call) -> None:
-    """`call(comm, label)` on a fresh wrapped communicator (its first call
-    sets the pool up) and then once more on it (the pool exists)."""
-    comm = cxlmpi.wrap(world.Dup())
+    """`call(comm, label)` on a wrapped communicator whose pool was just
+    set up (its first posted calls) and then once more on it."""
+    comm = ready(cxlmpi.wrap(world.Dup()))
     call(comm, "first call")
     call(comm, "pool set up")
     comm.Free()
@@ -137,11 +138,14 @@ def empty() -> None:
 
 
 def refused() -> None:
-    """Every rank raises, on a fresh communicator and on one with a pool."""
+    """Every rank raises, on a communicator whose pool was just set up and
+    on one whose pool took a call.  (On a fresh one the call goes to MPI on
+    every rank: stock's outcome, a root that raises alone on the negative
+    count while its peers wait.)"""
     for what in ("gap", "negative"):
         for warm in (False, True):
-            comm = cxlmpi.wrap(world.Dup())
-            if warm:   # (sets the pool up)
+            comm = ready(cxlmpi.wrap(world.Dup()))
+            if warm:
                 comm.Igatherv(np.ones(N, "i"), [np.empty(N * size, "i"), [N] * size,
                                                 MPI.INT] if rank == 0 else None, 0).Wait()
             recv = np.full(3 * size, -1, "i")

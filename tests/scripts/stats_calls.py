@@ -29,7 +29,7 @@ def main() -> None:
     big, big_out = np.ones(BIG), np.empty(BIG)
     small, small_out = np.ones(SMALL), np.empty(SMALL)
 
-    comm.Barrier()  # no pool yet: passes through
+    comm.Barrier()  # the first blocking collective: sets the pool up, runs there
     for _ in range(3):
         comm.Allreduce(big, big_out)
     for _ in range(2):
@@ -38,7 +38,7 @@ def main() -> None:
     comm.Bcast(small, root=0)
     for _ in range(2):
         comm.Reduce(big, big_out if rank == 0 else None, root=0)
-    comm.Barrier()  # the pool exists now
+    comm.Barrier()
     # pool-resident arrays: these two use the ranks' buffers in place
     res, res_out = cxlmpi.empty(BIG), cxlmpi.empty(BIG)
     res[:] = 1.0
@@ -50,7 +50,7 @@ def main() -> None:
         "allreduce": [5, 2, 5 * nbytes, 2],
         "bcast": [1, 1, nbytes, 0],
         "reduce": [2, 0, 2 * nbytes, 0],
-        "barrier": [1, 1, 0, 0],
+        "barrier": [2, 0, 0, 0],
     }
     if rank == 0:
         say("STATS " + json.dumps(cxlmpi.stats()))
