@@ -216,13 +216,17 @@ def test_calls_in_flight_at_finalize_end_before_mpi_does(nranks: int) -> None:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_a_posted_call_never_waits_for_its_peers(nranks: int) -> None:
-    """Rank 0 posts Iallreduce, Ibcast, Ibarrier and Iallgatherv, then sends
-    to each peer, which receives before it posts them (legal: stock runs
-    it): stock's values, on a fresh communicator, on one whose pool is set
-    up, and on one whose pool takes posted calls (it must take some).
-    Before, the posted calls waited for their peers in the pool's set-up
-    (or in reserving its data halves) while the peers waited in MPI_Recv:
-    the job hung."""
+    """Rank 0 posts Iallreduce, Ibcast, Ibarrier and Iallgatherv (or starts
+    their persistent forms), then sends to each peer, which receives before
+    it posts them (legal: stock runs it): stock's values on a wrapped
+    COMM_WORLD, a fresh communicator, one whose pool is set up, and ones
+    whose pool a Barrier, an object collective or the *_init made ready
+    for posted calls -- where the pool must take them.  Before, the posted
+    calls waited for their peers in the settings check, the pool's set-up
+    or the reserving of its data halves while the peers waited in
+    MPI_Recv: the job hung."""
     out = result(POOL, nranks, "", script=FIRST)
     assert out["ok"], out["problems"]
-    assert out["posted"] > 0, out
+    taken = out["states"]
+    assert all(taken[s] > 0 for s in ("ready by a barrier", "ready by an object call",
+                                      "persistent")), out

@@ -98,8 +98,8 @@ cdef class Plan:
 
 
 cdef object posted_state(object comm, int which):
-    """`state_of` for an I-form: None where the communicator has no pool
-    state yet (setting one up waits for the peers)."""
+    """`state_of` for a plan: None where the communicator has no pool state
+    yet (setting one up waits for the peers)."""
     state = _states.get(comm.handle)
     if state is None:
         return None
@@ -111,12 +111,13 @@ cdef object posted_state(object comm, int which):
 
 
 cdef int ready_wanted(object comm, object state) except -1:
-    """(`enter`: a blocking collective, the same call on every rank) Reserve
-    the data halves of `comm`'s pool that a posted call found missing (it
-    went to MPI): the next posted calls take the pool."""
+    """(`enter`, `enter_init`: a call every rank makes at the same point)
+    Reserve the data halves of `comm`'s pool (a posted call found them
+    missing and went to MPI, or a persistent *_init is to be planned): the
+    next posted calls take the pool."""
     state.wanted = False
     pool = state.pool
-    if type(pool) is not Pool or pool.ready or pool.short:
+    if type(pool) is not Pool or state.hosts > 1 or pool.ready or pool.short:
         return 0
     pool.drain()
     try:
@@ -130,13 +131,13 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
                   tuple fills, tuple drains, bint any_size=False):
     """The Plan of a call of `nbytes` that the pool could take, or None
     (MPI): the communicator's pool on one host and ready, and its routes'
-    settled path for the class.  An I-form never waits for its peers (MPI
-    requires it to return at once: a rank may post it, then send what a
-    peer receives before posting it): where the communicator has no pool
-    yet, or its data halves are not reserved, it goes to MPI, and the next
-    blocking collective sets them up (`enter`).  A persistent *_init may
-    wait (it is nonlocal): it sets them up itself.  Where the class has
-    settled no path, where it has settled none, the builtin
+    settled path for the class.  A plan never waits for its peers (MPI
+    requires an I-form to return at once: a rank may post it, then send
+    what a peer receives before posting it): where the communicator has no
+    pool yet, or its data halves are not reserved, the call goes to MPI,
+    and the next blocking collective sets them up (`enter`); a persistent
+    *_init sets them up before it plans (`enter_init`).  Where the class
+    has settled no path, where it has settled none, the builtin
     windows decide, as for a communicator without routes (a posted call
     cannot time its paths), and the pool path is the likeliest variant of
     the class (`unsettled_path`).
@@ -145,8 +146,7 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     decides: the pool's default path."""
     if not any_size and (not within(which, nbytes) or nbytes < nb_floor and which != BARRIER):
         return None
-    cdef bint may_wait = _init_thread == PyThread_get_thread_ident()
-    state = state_of(comm, which) if may_wait else posted_state(comm, which)
+    state = posted_state(comm, which)
     if state is None or state.hosts > 1 or type(state.pool) is not Pool:
         return None
     pool = state.pool
@@ -154,14 +154,9 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     if exc is not None:   # (an earlier posted call broke the pool)
         raise run_failed(comm, exc)
     if not pool.ready:
-        if pool.short:
-            return None
-        if not may_wait:   # (the next blocking call reserves them: `enter`)
+        if not pool.short:   # (the next blocking call reserves them: `enter`)
             state.wanted = True
-            return None
-        pool.drain()
-        if not pool.prepare():   # (collective: the same call on every rank)
-            return None
+        return None
     cdef int code, sc, pl
     cdef Routes r = state.routes
     if any_size:

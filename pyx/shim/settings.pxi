@@ -134,20 +134,25 @@ cdef inline int enter(object comm) except -1:
     return 0
 
 
-# The thread in a persistent collective's *_init (0: none), whose plan may
-# wait for the peers (set the pool up, reserve its data halves): MPI makes
-# *_init nonlocal; an I-form must return without them.
-cdef unsigned long _init_thread = 0
-
-
 cdef inline int enter_init(object comm) except -1:
-    """At the start of a persistent collective's *_init: `enter_posting`,
-    and its plan may wait for the peers (`planned`)."""
-    global _init_thread
+    """At the start of a persistent collective's *_init, which MPI makes
+    nonlocal (it may wait for the peers, and every rank makes it):
+    `enter_posting`, the pool set up as by a blocking call (`enter`), and
+    its data halves reserved where posted calls can take it, whatever the
+    call's size -- so that the plan made once can take the pool (a plan
+    never waits for the peers: its size is not the same on every rank of
+    an erroneous program, see `enter`)."""
     enter_posting(comm)
     if world_check is not None:
         check_world(comm)
-    _init_thread = PyThread_get_thread_ident()
+    if disabled:
+        return 0
+    state = comm_state(comm)
+    if state is None:
+        state_of(comm, BARRIER)
+        state = comm_state(comm)
+    if nb_on and state is not None:
+        ready_wanted(comm, state)
     return 0
 
 
@@ -155,8 +160,6 @@ cdef inline int enter_posting(object comm) except -1:
     """At the start of every intercepted call: the settings are read on the
     first one, not at import, so that a malformed variable is reported
     where it matters, once; the windows are those of `comm`'s pool."""
-    global _init_thread
-    _init_thread = 0
     if not configured:
         _config.get()
     if _refusals:

@@ -3,19 +3,26 @@
 sends each peer a message that the peer receives *before* it posts the
 same call -- a legal program, which stock MPI runs.  Before, a posted call
 on a communicator without a pool set up (or whose data halves were not
-reserved yet) waited there for its peers, who waited in MPI_Recv: the job
-hung.  Each form runs on a wrapped COMM_WORLD (its first call), on a
-fresh wrapped communicator, on one whose pool
-is set up (a Barrier), and on one whose pool has taken posted calls (a
-posted call, then a blocking one: the posted calls after it take the
-pool).
+reserved yet, or a wrapped COMM_WORLD whose settings were not checked yet)
+waited there for its peers, who waited in MPI_Recv: the job hung.
+
+Each state below runs the pattern twice on its own communicator:
+
+- COMM_WORLD: a wrapped COMM_WORLD, the pattern its first call;
+- fresh: a fresh wrapped communicator;
+- set up: its pool set up (a Barrier, its first blocking collective);
+- ready by a barrier: a posted call found the pool's data halves missing,
+  then a Barrier reserved them: the posted calls after it take the pool;
+- ready by an object call: the same, reserved by ``comm.allreduce``;
+- persistent: ``*_init`` on a fresh communicator (nonlocal in MPI: it sets
+  the pool up and reserves its halves; every rank makes them first), then
+  rank 0 starts them and sends.
 
     mpiexec -n N python posted_first.py
 
-Rank 0 prints ``RESULT {"ok": ..., "problems": [...], "posted": P, "by":
-{...}}``: every value against stock MPI's blocking call on a plain
-communicator, and P, the posted calls the pool took (some must, where it
-is ready), by collective.
+Rank 0 prints ``RESULT {"ok": ..., "problems": [...], "posted": P,
+"by": {...}, "states": {state: calls the pool took}}``: every value
+against stock MPI's blocking call on a plain communicator.
 """
 
 from __future__ import annotations
@@ -33,23 +40,36 @@ rank, size = world.Get_rank(), world.Get_size()
 plain = world.Dup()
 problems: list[str] = []
 N = 1 << 15
+COUNTS = [N // 2 + q for q in range(size)]
 
 
 def data(k: int) -> np.ndarray:
     return (np.arange(N) % 1013 + 7 * rank + k).astype(np.float64)
 
 
-def posted_then_sent(comm: MPI.Intracomm, label: str) -> None:
-    """Rank 0 posts, then sends; the others receive, then post."""
+def taken() -> int:
+    """The posted calls the pool took so far on this rank."""
+    return sum(r[0] for r in _shim.nonblocking_rows().values())
+
+
+def posted_then_sent(comm: MPI.Intracomm, label: str, persistent: bool) -> None:
+    """Rank 0 posts (or starts), then sends; the others receive, then post."""
     token = np.zeros(1)
     a, b, c = data(1), data(2), np.zeros(N)
-    counts = [N // 2 + q for q in range(size)]
-    v_out = np.zeros(sum(counts))
-    v_in = data(3)[:counts[rank]].copy()
+    v_out, v_in = np.zeros(sum(COUNTS)), data(3)[:COUNTS[rank]].copy()
+    calls = (("Iallreduce", (a, c)), ("Ibcast", (b, 0)), ("Ibarrier", ()),
+             ("Iallgatherv", (v_in, [v_out, COUNTS])))
+
+    # (*_init is nonlocal in MPI: every rank makes them before the pattern;
+    # Start is local)
+    inits = [getattr(comm, name[1].upper() + name[2:] + "_init")(*args)
+             for name, args in calls] if persistent else []
 
     def post() -> list[MPI.Request]:
-        return [comm.Iallreduce(a, c), comm.Ibcast(b, root=0), comm.Ibarrier(),
-                comm.Iallgatherv(v_in, [v_out, counts])]
+        if not persistent:
+            return [getattr(comm, name)(*args) for name, args in calls]
+        MPI.Prequest.Startall(inits)
+        return inits
 
     if rank == 0:
         reqs = post()
@@ -59,36 +79,42 @@ def posted_then_sent(comm: MPI.Intracomm, label: str) -> None:
         comm.Recv(token, source=0, tag=11)
         reqs = post()
     MPI.Request.Waitall(reqs)
-    want_c, want_b, want_v = np.zeros(N), data(2) if rank == 0 else np.empty(N), \
-        np.zeros(sum(counts))
+    want_c, want_b = np.zeros(N), data(2) if rank == 0 else np.empty(N)
+    want_v = np.zeros(sum(COUNTS))
     plain.Allreduce(a, want_c)
     plain.Bcast(want_b, root=0)
-    plain.Allgatherv(v_in, [want_v, counts])
+    plain.Allgatherv(v_in, [want_v, COUNTS])
     for what, got, want in (("Iallreduce", c, want_c), ("Ibcast", b, want_b),
                             ("Iallgatherv", v_out, want_v)):
         if not np.array_equal(got, want):
             problems.append(f"{label}: {what} on rank {rank} differs from stock")
+    for req in reqs if persistent else ():
+        req.Free()
 
 
-for state in ("COMM_WORLD", "fresh", "set up", "taking posted calls"):
-    # (a wrapped COMM_WORLD: its first collective checks that the ranks
-    # agree on the settings -- the first blocking one)
+states: dict[str, int] = {}
+for state in ("COMM_WORLD", "fresh", "set up", "ready by a barrier",
+              "ready by an object call", "persistent"):
     comm = cxlmpi.wrap(world if state == "COMM_WORLD" else world.Dup())
-    if state in ("set up", "taking posted calls"):
+    if state.startswith(("set up", "ready")):
         comm.Barrier()   # (its first blocking collective: the pool set up)
-    if state == "taking posted calls":
+    if state.startswith("ready"):
         comm.Iallreduce(data(0), np.zeros(N)).Wait()   # (found the halves missing)
-        comm.Barrier()   # (reserved them)
+        if state == "ready by a barrier":
+            comm.Barrier()
+        else:
+            comm.allreduce(rank)
+    before = taken()
     for k in range(2):
-        posted_then_sent(comm, f"{state}, round {k}")
+        posted_then_sent(comm, f"{state}, round {k}", state == "persistent")
+    states[state] = taken() - before
     if comm != world:
         comm.Free()
 
 rows = _shim.nonblocking_rows()
-posted = sum(r[0] for r in rows.values())
 problems = [p for ps in plain.allgather(problems) for p in ps]
 if rank == 0:
     print("RESULT " + json.dumps({"ok": not problems, "problems": problems[:10],
-                                  "posted": posted,
+                                  "posted": taken(), "states": states,
                                   "by": {k: r[0] for k, r in rows.items() if r[0]}}),
           flush=True)
