@@ -77,6 +77,7 @@ cdef extern from "<time.h>" nogil:
 
 import sys
 import threading
+from array import array
 
 from mpi4py import MPI
 

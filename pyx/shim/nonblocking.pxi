@@ -306,7 +306,17 @@ def nonblocking_reset():
 cdef object nb_request(object comm, Plan plan, int which, object stock, tuple args,
                        bint persistent):
     """The request of a nonblocking (or, `persistent`, a persistent) call:
-    `plan`'s, or stock's `stock(comm, *args)`, counted as passed."""
+    `plan`'s, or stock's `stock(comm, *args)`, counted as passed.  A
+    persistent one's ranks agree first, in one allreduce (*_init is
+    nonlocal): where any rank's plan is MPI, every rank's is -- a plan
+    decided from sizes one rank holds alone (a Bcast_init whose root sends
+    fewer bytes than its receivers name) would start the pool on some
+    ranks and MPI on others."""
+    if persistent and nb_on and not disabled and comm_size(comm) > 1:
+        votes = array("i", [plan is not None, plan is None])
+        MPI.Intracomm(comm).Allreduce(MPI.IN_PLACE, [votes, MPI.INT], MPI.MAX)
+        if votes[0] and votes[1]:
+            plan = None
     if plan is None:
         nb_pass[which] += 1
         return stock(comm, *args)

@@ -28,16 +28,24 @@ from cxlmpi import config
 MARK = 255
 
 
-def outcome(comm: MPI.Intracomm, root_nbytes: int, other_nbytes: int) -> tuple[str, bytes]:
+def outcome(comm: MPI.Intracomm, root_nbytes: int, other_nbytes: int,
+            persistent: bool = False) -> tuple[str, bytes]:
     """Bcast from rank 0 (its bytes numbered), receivers' buffers filled with
-    MARK: what the call ended in, and the buffer afterwards."""
+    MARK: what the call ended in, and the buffer afterwards.  `persistent`:
+    Bcast_init, started once."""
     r = comm.Get_rank()
     if r == 0:
         buf = (np.arange(root_nbytes) % 251).astype(np.uint8)
     else:
         buf = np.full(other_nbytes, MARK, np.uint8)
     try:
-        comm.Bcast(buf, 0)
+        if persistent:
+            req = comm.Bcast_init(buf, 0)
+            req.Start()
+            req.Wait()
+            req.Free()
+        else:
+            comm.Bcast(buf, 0)
         what = "returned"
     except MPI.Exception as exc:
         what = f"MPI error class {exc.Get_error_class()}"
@@ -75,6 +83,26 @@ def main() -> None:
                 got[0], want[0], got[1] == want[1], bool(np.array_equal(b, c))]
             comm.Free()
             ref.Free()
+    # Bcast_init straddling the posted calls' threshold on a fresh
+    # communicator: the receivers' plan would take the pool, the root's MPI
+    # (before, the receivers waited in the set-up the init ran for them)
+    floor = config.get().nonblocking_threshold
+    for name, (root_nbytes, other_nbytes) in {
+            "Bcast_init, receivers twice the root's": (floor // 2 + 8, floor + 16),
+            "Bcast_init, receivers half the root's": (floor + 16, floor // 2 + 8)}.items():
+        comm, ref = cxlmpi.wrap(plain.Dup()), plain.Dup()
+        for c in (comm, ref):
+            c.Set_errhandler(MPI.ERRORS_RETURN)
+        got = outcome(comm, root_nbytes, other_nbytes, persistent=True)
+        want = outcome(ref, root_nbytes, other_nbytes, persistent=True)
+        a = np.full(floor + 8, r, np.uint8)
+        b, c = a.copy(), a.copy()
+        comm.Bcast(b, 0)
+        ref.Bcast(c, 0)
+        results[f"{name}, fresh"] = [got[0], want[0], got[1] == want[1],
+                                     bool(np.array_equal(b, c))]
+        comm.Free()
+        ref.Free()
     everyone = plain.gather(results, root=0)
     if r == 0:
         merged = {k: [res[k] for res in everyone] for k in results}
