@@ -93,13 +93,15 @@ def posted_then_sent(comm: MPI.Intracomm, label: str, persistent: bool) -> None:
 
 
 states: dict[str, int] = {}
+kept: list[MPI.Intracomm] = []
 for state in ("COMM_WORLD", "fresh", "set up", "ready by a barrier",
               "ready by an object call", "persistent"):
     comm = cxlmpi.wrap(world if state == "COMM_WORLD" else world.Dup())
     if state.startswith(("set up", "ready")):
         comm.Barrier()   # (its first blocking collective: the pool set up)
     if state.startswith("ready"):
-        comm.Iallreduce(data(0), np.zeros(N)).Wait()   # (found the halves missing)
+        send, recv = data(0), np.zeros(N)   # (held: MPI may still use them)
+        comm.Iallreduce(send, recv).Wait()   # (found the halves missing)
         if state == "ready by a barrier":
             comm.Barrier()
         else:
@@ -108,8 +110,10 @@ for state in ("COMM_WORLD", "fresh", "set up", "ready by a barrier",
     for k in range(2):
         posted_then_sent(comm, f"{state}, round {k}", state == "persistent")
     states[state] = taken() - before
-    if comm != world:
-        comm.Free()
+    kept.append(comm)   # (freed at the end: a freed one's pool, ready, would be
+    # taken over by the next state's communicator)
+for comm in kept[1:]:
+    comm.Free()
 
 rows = _shim.nonblocking_rows()
 problems = [p for ps in plain.allgather(problems) for p in ps]
