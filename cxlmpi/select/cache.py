@@ -49,11 +49,9 @@ MAX_SECONDS = 3600.0
 _SIZE_KEY = re.compile(r"(0|[1-9][0-9]{0,19})")
 
 _warned: set[str] = set()
-# The file read last, (path, identity), and its text; the valid part of the
-# file validated last, (path, identity), and what `read_cache` made of it
-# (read-only): a communicator's set-up reads the cache, and every blocking
-# collective's first call on a communicator sets one up.
-_last_read: list[Any] = [None, None]
+# The file validated last, (path, identity), and what `read_cache` made of
+# it (read-only): a communicator's set-up reads the cache, and every
+# communicator's first blocking collective sets one up.
 _last_valid: list[Any] = [None, None]
 
 
@@ -125,11 +123,12 @@ def _refusal(st: os.stat_result) -> str | None:
     return None
 
 
-def _read_text(path: str) -> tuple[str | None, tuple[int, ...]]:
-    """The file's text, None when it is missing, and the identity of what
-    was read (device, inode, size, times; () for none); OSError (whose
-    message says why) when it is there but not to be read.  The text of
-    the identity read last is not read again."""
+def _read_text(path: str, known: tuple[int, ...] = ()) -> tuple[str | None,
+                                                                  tuple[int, ...]]:
+    """The file's text, None when it is missing or its identity is `known`
+    (not read again), and the identity of what was read (device, inode,
+    size, times; () for none); OSError (whose message says why) when it is
+    there but not to be read."""
     try:
         seen = os.lstat(path)
     except FileNotFoundError:
@@ -146,8 +145,8 @@ def _read_text(path: str) -> tuple[str | None, tuple[int, ...]]:
         if why:
             raise OSError(why)
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if _last_read[0] == (path, identity):
-            return _last_read[1], identity
+        if identity == known:
+            return None, identity
         chunks, left = [], MAX_NBYTES + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -159,9 +158,7 @@ def _read_text(path: str) -> tuple[str | None, tuple[int, ...]]:
             raise OSError(f"is larger than {MAX_NBYTES} bytes")
     finally:
         os.close(fd)
-    text = b"".join(chunks).decode("utf-8")
-    _last_read[:] = [(path, identity), text]
-    return text, identity
+    return b"".join(chunks).decode("utf-8"), identity
 
 
 def _seconds(value: Any) -> float | None:
@@ -260,12 +257,13 @@ def _valid(path: str | None, warn: bool) -> dict[str, Any]:
     if path is None:
         return {"machines": {}}
     try:
-        text, identity = _read_text(path)
-        if text is not None and _last_valid[0] == (path, identity):
+        last = _last_valid[0]
+        text, identity = _read_text(path, last[1] if last and last[0] == path else ())
+        if identity and text is None:   # (the file validated last)
             out = _last_valid[1]
         else:
             out = _parse(text)
-            _last_valid[:] = [(path, identity), out] if text is not None else [None, None]
+            _last_valid[:] = [(path, identity), out] if identity else [None, None]
     except (OSError, ValueError) as exc:   # (UnicodeError is a ValueError)
         why = str(exc) if isinstance(exc, OSError) and not exc.errno else \
             f"could not be read ({type(exc).__name__}: {exc})"

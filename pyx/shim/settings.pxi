@@ -124,14 +124,19 @@ cdef inline int enter(object comm) except -1:
         check_world(comm)
     if _live:
         settle_posted(comm)
-    if disabled:
-        return 0
-    state = comm_state(comm)
-    if state is None:   # (its first blocking collective, whatever its size)
-        state_of(comm, BARRIER)
-    elif state.wanted:
-        ready_wanted(comm, state)
+    if not disabled:
+        state = first_state(comm)
+        if state.wanted:
+            ready_wanted(comm, state)
     return 0
+
+
+cdef inline object first_state(object comm):
+    """`comm`'s pool state, set up here if this is its first blocking
+    collective or *_init (collective then), whatever the call's size."""
+    if comm_state(comm) is None:
+        state_of(comm, BARRIER)
+    return comm_state(comm)
 
 
 cdef inline int enter_init(object comm) except -1:
@@ -145,14 +150,10 @@ cdef inline int enter_init(object comm) except -1:
     enter_posting(comm)
     if world_check is not None:
         check_world(comm)
-    if disabled:
-        return 0
-    state = comm_state(comm)
-    if state is None:
-        state_of(comm, BARRIER)
-        state = comm_state(comm)
-    if nb_on and state is not None:
-        ready_wanted(comm, state)
+    if not disabled:
+        state = first_state(comm)
+        if nb_on:
+            ready_wanted(comm, state)
     return 0
 
 

@@ -124,16 +124,11 @@ cdef object state_of(object comm, int which):
     """`pool_of`, returning the communicator's state (None: no pool for
     this collective): its pool and its routes."""
     global _sized_comm
-    state = _states.get(comm.handle)
-    if state is None:
+    if _states.get(comm.handle) is None:
         _sized_comm = None
-        state = _state_for(comm)
+        _state_for(comm)
         sized(comm)   # (the windows of the pool just set up: see `take`)
-    if state.error is not None:
-        raise state.error
-    if state.pool is None or (state.only is not None and not state.only[which]):
-        return None
-    return state
+    return posted_state(comm, which)
 
 
 def ready_posted(object comm):
