@@ -283,12 +283,16 @@ def test_the_route_table_refuses_indices_outside_it() -> None:
 def test_a_job_with_a_planted_cache_matches_stock(tmp_path) -> None:
     """Two ranks whose cache holds, beside a valid class, classes of size
     2**64 and 2**14000 and a NaN timing: the job's Allreduce results equal
-    stock MPI's, the valid class is taken as cached, and rank 0 warns once."""
+    stock MPI's, the valid class is taken as cached, and rank 0 warns once.
+    Once rank 0 has changed the class's entry, every rank's next
+    communicators take the new one (the others keep what rank 0 sent last,
+    and get it again only where it changed)."""
     path = str(tmp_path / "selection.json")
     proc = run_mpi(2, [CACHE_JOB, path], env={"CXLMPI_TUNING": "adaptive",
                                               "CXLMPI_CACHE": path})
     result = tagged_json(proc.stdout, "RESULT")
     assert result["wrong"] == 0 and result["decision"] == "pool+flat", result
+    assert result["later"] == [["mpi", "mpi"]] * 2, result
     assert proc.stderr.count("cxlmpi: warning: the selection cache") == 1, proc.stderr
 
 

@@ -503,7 +503,9 @@ def test_cache_round_trip(tmp_path) -> None:
     prior = cache.load_cache(path, fp)
     assert set(prior) == {(ALLREDUCE, 20, 0)}
     fresh = Job(2, prior=prior)
-    learner = fresh.selectors[0].learners[(ALLREDUCE, 20, 0)]
+    # (its Learner is made at the class's first use; its path is set now)
+    assert fresh.selectors[0].learners == {}
+    learner = fresh.selectors[0].known((ALLREDUCE, 20, 0))
     assert learner.best == job.selectors[0].learners[(ALLREDUCE, 20, 0)].choice()
     assert learner.phase == 1
     # a warm start: no exploring before the first re-check, which comes
@@ -519,7 +521,8 @@ def test_cache_round_trip(tmp_path) -> None:
     entry["decisions"]["allreduce"]["1048576"]["private"]["best"] = "pool+warp"
     with open(path, "w") as f:
         json.dump(data, f)
-    assert Job(2, prior=cache.load_cache(path, fp)).selectors[0].learners == {}
+    unfit = Job(2, prior=cache.load_cache(path, fp)).selectors[0]
+    assert unfit.known((ALLREDUCE, 20, 0)) is None and unfit.decisions() == {}
     with open(path, "w") as f:
         f.write("{not json")
     assert cache.load_cache(path, fp) == {}

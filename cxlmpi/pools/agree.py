@@ -19,6 +19,7 @@ wrapped communicator's methods never come back into cxlmpi).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import pickle
 from array import array
@@ -26,7 +27,10 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["allgather", "bcast"]
+__all__ = ["allgather", "bcast", "bcast_kept"]
+
+# What `bcast_kept` returned last, by name: (the pickle's digest, the object)
+_kept: dict[str, tuple[bytes, Any]] = {}
 
 # (not NumPy: `python -m cxlmpi` patches before the program runs, and the
 # program may set OMP_NUM_THREADS & co. before it imports NumPy itself)
@@ -47,14 +51,42 @@ def allgather(comm: MPI.Intracomm, obj: Any) -> list[Any]:
 
 def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     """`obj` of rank `root`, on every rank."""
+    mine = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL) \
+        if MPI.Intracomm(comm).Get_rank() == root else None
+    return pickle.loads(_bcast_bytes(comm, mine, root))
+
+
+def _bcast_bytes(comm: MPI.Intracomm, data: bytes | None, root: int) -> bytes | bytearray:
+    """The bytes `data` of rank `root`, on every rank."""
     plain = MPI.Intracomm(comm)
-    size = array("q", [0])
-    data = None
-    if plain.Get_rank() == root:
-        data = bytearray(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
-        size[0] = len(data)
+    size = array("q", [0 if data is None else len(data)])
     plain.Bcast([size, MPI.INT64_T], root)
     if data is None:
         data = bytearray(size[0])
     plain.Bcast([data, MPI.BYTE], root)
-    return pickle.loads(data)
+    return data
+
+
+def bcast_kept(comm: MPI.Intracomm, name: str, obj: Any, root: int = 0) -> Any:
+    """`bcast` of an object that seldom changes (`name`: which one, e.g.
+    the selection cache's entries, sent at every communicator's set-up):
+    the root sends the digest of its pickle, and the pickle itself only
+    where some rank holds another one.  Every rank keeps what it returned
+    last, and returns that very object again while it is unchanged (to be
+    read, not changed)."""
+    plain = MPI.Intracomm(comm)
+    data = None
+    digest = bytearray(16)
+    if plain.Get_rank() == root:
+        data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        digest[:] = hashlib.blake2b(data, digest_size=16).digest()
+    plain.Bcast([digest, MPI.BYTE], root)
+    kept = _kept.get(name)
+    need = array("q", [kept is None or kept[0] != digest])
+    plain.Allreduce(MPI.IN_PLACE, [need, MPI.INT64_T], MPI.MAX)
+    if need[0]:
+        data = _bcast_bytes(comm, data, root)
+        if kept is None or kept[0] != digest:
+            kept = _kept[name] = (bytes(digest), pickle.loads(data))
+    assert kept is not None
+    return kept[1]

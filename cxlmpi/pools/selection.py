@@ -47,7 +47,8 @@ def attach(pool: Pool | Hierarchy, comm: MPI.Intracomm, cfg: config.Config) -> R
         groups = [len(g) for g in pool.groups] if across else None
         machine = cache.fingerprint(pool.size, MPI.Get_library_version(), cfg, groups)
         prior = cache.load_cache(cache.cache_path(cfg), machine)
-    machine, prior, overhead = agree.bcast(comm, (machine, prior, overhead))
+    machine, overhead = agree.bcast(comm, (machine, overhead))
+    prior = agree.bcast_kept(comm, "selection cache", prior)
     routes = _shim.Routes(pool)
     selector = Selector(routes, pool.size, pool.chunk_nbytes, streaming=True, prior=prior,
                         variants=not across, overhead_s=overhead)

@@ -20,6 +20,7 @@ the compiled route table, so it is trusted only as far as it is checked:
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -53,6 +54,9 @@ _warned: set[str] = set()
 # it (read-only): a communicator's set-up reads the cache, and every
 # communicator's first blocking collective sets one up.
 _last_valid: list[Any] = [None, None]
+# The machine entry of `_last_valid` that `load_cache` read last, and what it
+# made of it (read-only)
+_last_loaded: list[Any] = [None, None]
 
 
 def cache_path(cfg: config.Config | None = None) -> str | None:
@@ -64,8 +68,10 @@ def cache_path(cfg: config.Config | None = None) -> str | None:
     return os.path.expanduser(path)
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what platform says."""
+    """The CPU's model name (/proc/cpuinfo), else what platform says (read
+    once: every communicator's set-up asks)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -306,13 +312,16 @@ def load_cache(path: str | None, fp: dict[str, Any]) -> dict[tuple[int, int, int
     there are none or the file is not to be read (a cache never stops a
     job)."""
     machine = _valid(path, True)["machines"].get(_key(fp))
+    if machine is not None and _last_loaded[0] is machine:   # (its file unchanged)
+        return dict(_last_loaded[1])
     out: dict[tuple[int, int, int], Any] = {}
     for name, sizes in (machine or {}).get("decisions", {}).items():
         for size, places in sizes.items():
             sc = _size_class(size)
             for pl, entry in places.items():
                 out[(config.COLLECTIVES.index(name), sc, PLACEMENTS.index(pl))] = entry
-    return out
+    _last_loaded[:] = [machine, out]
+    return dict(out)
 
 
 def describe_cache(path: str | None) -> list[str]:

@@ -6,6 +6,8 @@ every rank; the codes are those the compiled route table holds
 
 from __future__ import annotations
 
+import functools
+
 from .._pool import MPI_PATH, NCLASSES, NEW, SLOW, VARIANT_FLAGS, size_class
 
 __all__ = ["MPI_PATH", "STREAM", "BIGCHUNK", "RSAG", "FLAT", "PLACEMENTS", "NCLASSES",
@@ -52,6 +54,7 @@ def code_name(code: int) -> str:
     return "+".join(["pool"] + [name for bit, name in _FLAG_NAMES if flags & bit])
 
 
+@functools.lru_cache(maxsize=256)
 def code_of(name: str) -> int:
     """The inverse of code_name (ValueError for a name it never makes)."""
     if name == "mpi":
@@ -73,6 +76,13 @@ def class_floor(sc: int) -> int:
 
 def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
                streaming: bool = True, variants: bool = True) -> list[int]:
+    """`paths` (a new list)."""
+    return list(paths(name, nbytes, nranks, zerocopy, chunk, streaming, variants))
+
+
+@functools.lru_cache(maxsize=1024)
+def paths(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
+          streaming: bool = True, variants: bool = True) -> tuple[int, ...]:
     """The paths worth trying for a class, in the order they are tried:
     stock MPI first (the reference every other is judged against), then the
     pool variants (`variants` False: the pool's one path, as across pool
@@ -80,7 +90,7 @@ def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
     the pool (its ranks, its chunk)."""
     pool = 1
     if name == "barrier" or name in ("scan", "exscan") or zerocopy or not variants:
-        return [MPI_PATH, pool]
+        return (MPI_PATH, pool)
     out = [MPI_PATH]
     big = nbytes > chunk
     # Streaming stores pay once the message leaves the caches, and from a
@@ -99,7 +109,7 @@ def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
             out += [c + STREAM for c in list(out[1:])]
         if nranks <= 2:
             out.append(rsag)
-        return out
+        return tuple(out)
     if name in _MOVE or name in _REDUCE_SCATTER:
         variants = [pool]
         if stream:
@@ -109,8 +119,8 @@ def candidates(name: str, nbytes: int, nranks: int, zerocopy: bool, chunk: int,
         if stream and big:
             variants.append(1 + STREAM + BIGCHUNK)
         # the likeliest first: large messages stream
-        return out + (variants[::-1] if large else variants)
-    return [MPI_PATH, pool]
+        return tuple(out + (variants[::-1] if large else variants))
+    return (MPI_PATH, pool)
 
 
 
@@ -132,6 +142,14 @@ def first_run(sc: int) -> int:
     if run_length(sc) <= 1:
         return 0
     return max(FIRST_RUN_MIN, min(FIRST_RUN_CALLS, FIRST_RUN_BYTES // max(class_floor(sc), 1)))
+
+
+@functools.lru_cache(maxsize=1)
+def first_runs() -> tuple[list[int], list[int]]:
+    """`first_run` and `first_skip` of every size class (what each new
+    communicator's route table starts from; read-only)."""
+    return ([first_run(sc) for sc in range(NCLASSES)],
+            [first_skip(sc) for sc in range(NCLASSES)])
 
 
 def first_skip(sc: int) -> int:

@@ -493,10 +493,11 @@ class Learner:
                 "seconds": {code_name(c): self.estimate(c) for c in self.candidates
                             if math.isfinite(self.estimate(c))}}
 
-    @classmethod
-    def from_cache(cls, cands: list[int], entry: dict[str, Any]) -> Learner | None:
-        """A settled learner from a cache entry, None when the entry does
-        not fit the candidates (another version's variants)."""
+    @staticmethod
+    def cached_paths(cands: list[int], entry: dict[str, Any]
+                     ) -> tuple[int, int | None, dict[int, float]] | None:
+        """(best, runner-up, seconds by path) of a cache entry, None when
+        it does not fit the candidates (another version's variants)."""
         try:
             best = code_of(entry["best"])
             runner = None if entry.get("runner_up") is None else code_of(entry["runner_up"])
@@ -506,6 +507,16 @@ class Learner:
         if best not in cands or (runner is not None and runner not in cands) or \
                 not all(math.isfinite(s) and s > 0 for s in seconds.values()):
             return None
+        return best, runner, seconds
+
+    @classmethod
+    def from_cache(cls, cands: list[int], entry: dict[str, Any]) -> Learner | None:
+        """A settled learner from a cache entry, None when the entry does
+        not fit the candidates (`cached_paths`)."""
+        paths = cls.cached_paths(cands, entry)
+        if paths is None:
+            return None
+        best, runner, seconds = paths
         learner = cls(cands, samples={c: [s] for c, s in seconds.items() if c in cands})
         learner.cached = set(learner.samples)
         learner.best, learner.runner_up, learner.phase = best, runner, 1

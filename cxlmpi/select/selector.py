@@ -19,18 +19,20 @@ from .classes import (
     class_floor,
     code_name,
     first_run,
-    first_skip,
+    first_runs,
     run_length,
     size_class,
 )
 from .interface import RouteTable
-from .learner import LEARN_OVERHEAD_S, Learner
+from .learner import LEARN_OVERHEAD_S, MIN_INTERVAL, Learner
 
 __all__ = ["Selector", "decision", "learned_overhead", "OVERHEAD_FIGURES"]
 
 # Header calls' overhead figures the median is taken of (see LEARN_OVERHEAD_S).
 OVERHEAD_FIGURES = 7
 _learned_overhead = [LEARN_OVERHEAD_S]
+# The last prior a Selector checked, the kind of pool, and what fit (read-only)
+_last_fitting: list[Any] = [None]
 
 
 def learned_overhead() -> float:
@@ -66,15 +68,35 @@ class Selector:
         # the machine fingerprint the cache entry is for (cxlmpi.pools.selection;
         # None: nothing is remembered)
         self.machine: dict[str, Any] | None = None
-        for (which, sc, pl), entry in self.prior.items():
-            learner = Learner.from_cache(self._candidates(which, sc, pl), entry)
-            if learner is not None:
-                learner.overhead = overhead_s
-                learner.run_len = run_length(sc)
-                self.learners[(which, sc, pl)] = learner
-                self._publish((which, sc, pl), learner, 0)
-        routes.first_runs([first_run(sc) for sc in range(NCLASSES)],
-                          [first_skip(sc) for sc in range(NCLASSES)])
+        # The cache's classes: their settled paths go to the routes now;
+        # each one's Learner is made at its class's first use (`known`) --
+        # making them all took 2-5 ms per communicator (113-157 classes).
+        fitting = self._fitting()
+        self.cached: dict[tuple[int, int, int], dict[str, Any]] = {
+            key: entry for key, (entry, _) in fitting.items()}
+        for key, (_, best) in fitting.items():
+            # (what `_publish` does for a learner from the cache: settled,
+            # re-checked after its first interval)
+            self.next_check[key] = MIN_INTERVAL
+            self.routes.set(*key, best, MIN_INTERVAL)
+        routes.first_runs(*first_runs())
+
+    def _fitting(self) -> dict[tuple[int, int, int], tuple[dict[str, Any], int]]:
+        """{class: (cache entry, its best path)} of the prior's entries that
+        fit this pool's candidates; the same prior (agree.bcast_kept hands
+        every communicator the same object while the cache is unchanged)
+        for a pool of the same kind is not checked again."""
+        kind = (self.nranks, self.chunk, self.streaming, self.variants)
+        last = _last_fitting[0]
+        if last is not None and last[0] is self.prior and last[1] == kind:
+            return last[2]
+        fitting = {}
+        for key, entry in self.prior.items():
+            paths = Learner.cached_paths(self._candidates(*key), entry)
+            if paths is not None:
+                fitting[key] = (entry, paths[0])
+        _last_fitting[0] = (self.prior, kind, fitting)
+        return fitting
 
     def _candidates(self, which: int, sc: int, pl: int) -> list[int]:
         return candidates(config.COLLECTIVES[which], class_floor(sc), self.nranks,
@@ -86,8 +108,20 @@ class Selector:
         candidate that the class's learning would try."""
         return next((c for c in self._candidates(which, sc, pl) if c != MPI_PATH), 1)
 
-    def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
+    def known(self, key: tuple[int, int, int]) -> Learner | None:
+        """The class's Learner, made from its cache entry at its first use;
+        None for a class neither learned nor cached."""
         learner = self.learners.get(key)
+        if learner is None and key in self.cached:
+            learner = Learner.from_cache(self._candidates(*key), self.cached.pop(key))
+            assert learner is not None   # (checked in __init__)
+            learner.overhead = self.overhead_s
+            learner.run_len = run_length(key[1])
+            self.learners[key] = learner
+        return learner
+
+    def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
+        learner = self.known(key)
         if learner is None:
             learner = self.learners[key] = Learner(self._candidates(*key), born=ops)
             learner.run_len = run_length(key[1])
@@ -132,7 +166,7 @@ class Selector:
         _, key, code, _ = self.pending
         self.pending = None
         ops = self.routes.ops()
-        new = key not in self.learners
+        new = self.known(key) is None
         learner = self.learner(key, ops)
         if new:   # the run its first call opened (NEW)
             learner.run_calls = first_run(key[1])
@@ -213,7 +247,7 @@ class Selector:
         # (a header step that a peer's pass cut short left this run's
         # report pending on the ranks that took it: the report is gone)
         self.pending = None
-        learner = None if run is None else self.learners.get(run[:3])
+        learner = None if run is None else self.known(run[:3])
         if learner is not None:
             learner.untimed(run[3])
             self._publish(run[:3], learner, self.routes.ops())   # (not the try's due)
@@ -234,6 +268,8 @@ class Selector:
         """The classes with a choice: settled, or exploring with a fastest
         path seen (what the cache keeps: a class of cheap calls may still
         explore when the job ends)."""
+        for key in list(self.cached):
+            self.known(key)
         return {k: v for k, v in self.learners.items() if v.choice() is not None}
 
 
@@ -250,6 +286,6 @@ def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | N
     if routes is None or name not in config.COLLECTIVES:
         return None
     which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
-    learner = routes.selector.learners.get((which, sc, routes.placement(which, sc)))
+    learner = routes.selector.known((which, sc, routes.placement(which, sc)))
     best = None if learner is None else learner.best if settled else learner.choice()
     return None if best is None else code_name(best)
