@@ -303,9 +303,10 @@ VARIABLES: tuple[Variable, ...] = (
              agreed=True),
     Variable("CXLMPI_NONBLOCKING_THRESHOLD", parse_size, "256K",
              "Smallest nonblocking or persistent collective (bytes, all blocks together) "
-             "that goes through the pool; smaller ones go to MPI (but `Ibarrier`, and under "
+             "that goes through the pool; smaller ones go to MPI (but under "
              "`CXLMPI_TUNING=pool` `Igatherv`, `Iscatterv` and `Ialltoallv`, whose sizes "
-             "only some ranks know: any size). A posted call pays a "
+             "only some ranks know: any size; `Ibarrier` and `Barrier_init` always go to "
+             "MPI). A posted call pays a "
              "generalized request (and, where the worker runs it, a hand-over to the "
              "worker thread and back), which smaller calls do not earn back (measured "
              "with `python -m cxlmpi.bench --overlap`; the figures are on the "

@@ -18,6 +18,7 @@ from harness import run_mpi
 SCRIPT = "tests/scripts/nonblocking.py"
 FORMS = "tests/scripts/posted_forms.py"
 FIRST = "tests/scripts/posted_first.py"
+RESERVE = "tests/scripts/init_reserve.py"
 # Every size through the pool (CXLMPI_NONBLOCKING_THRESHOLD=0): the tests'
 # messages are small, to stay quick.
 ANY = {"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off", "CXLMPI_NONBLOCKING_THRESHOLD": "0"}
@@ -230,3 +231,20 @@ def test_a_posted_call_never_waits_for_its_peers(nranks: int) -> None:
     taken = out["states"]
     assert all(taken[s] > 0 for s in ("ready by a barrier", "ready by an object call",
                                       "persistent")), out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_an_init_reserves_the_pools_memory_only_where_a_plan_wants_it(nranks: int) -> None:
+    """On a fresh communicator, a Barrier_init (MPI's, always) and an
+    Allreduce_init below CXLMPI_NONBLOCKING_THRESHOLD reserve none of the
+    pool's data memory; an Allreduce_init above it reserves it once, and
+    the pool takes its runs -- stock's values every run, the same counts
+    on every rank.  Before, every *_init reserved the data halves (64 MiB
+    of /dev/shm by default), whatever its size."""
+    out = result({"CXLMPI_TIMEOUT": "60", "CXLMPI_CACHE": "off", "CXLMPI_TUNING": "pool",
+                  "CXLMPI_ORDERING": "0"}, nranks, "", script=RESERVE)
+    assert out["ok"], out["problems"]
+    assert out["steps"] == {"Barrier_init": 0, "small Allreduce_init": 0,
+                            "large Allreduce_init": 1}, out
+    assert out["taken"] == {"Barrier_init": 0, "small Allreduce_init": 0,
+                            "large Allreduce_init": 3}, out

@@ -47,7 +47,7 @@ cdef extern from "<signal.h>" nogil:
 
 # The families a worker runs (the run_<family> entries).
 cdef enum:
-    F_BARRIER, F_BCAST, F_REDUCE, F_SCAN, F_GATHER, F_EXCHANGE, F_REDUCE_SCATTER
+    F_BCAST, F_REDUCE, F_SCAN, F_GATHER, F_EXCHANGE, F_REDUCE_SCATTER
 
 # An Op's state.
 cdef enum:
@@ -116,9 +116,7 @@ cdef int run_op(state_t *st, cxl_op *o) noexcept nogil:
         st.failed_rank = st.rank
         return ERR_REVOKED
     sign_call(st, o.kind, o.root, o.op, o.tcode, o.sig_nbytes, o.pairs, o.flags)
-    if o.family == F_BARRIER:
-        rc = run_barrier(st)
-    elif o.family == F_BCAST:
+    if o.family == F_BCAST:
         rc = run_bcast(st, o.a, o.n, o.root, o.flags)
     elif o.family == F_REDUCE:
         rc = run_reduce(st, o.a, o.b, o.count, o.itemsize, o.fn, o.root, o.flags)
@@ -439,10 +437,6 @@ cdef class Pool(_Collectives):
         o.c.root, o.c.op, o.c.tcode, o.c.flags = root, op, tcode, flags
         o.c.sig_nbytes, o.c.pairs = nbytes, pairs
         return o
-
-    def post_barrier(self, str what="Ibarrier", int flags=0):
-        """Pool.barrier, posted."""
-        return self._op(F_BARRIER, what, -1, -1, -1, 0, 0, 0)
 
     def post_bcast(self, uintptr_t address, size_t nbytes, int root, int flags=0,
                    str what="Ibcast"):

@@ -73,15 +73,6 @@ def Bcast(self, buf, int root=0):
 # every Start posts the same plan.
 
 
-cdef Plan nb_plan_barrier(object comm):
-    if not nb_on or disabled:
-        return None
-    state = _states.get(comm.handle)
-    if state is not None and state.order is not None:
-        return None   # (with CXLMPI_ORDERING, MPI's own barrier does the work)
-    return planned(comm, BARRIER, 0, "post_barrier", (), (), ())
-
-
 cdef Plan nb_plan_bcast(object comm, object buf, int root):
     if not nb_on or disabled or not 0 <= root < comm_size(comm):
         return None
@@ -94,10 +85,11 @@ cdef Plan nb_plan_bcast(object comm, object buf, int root):
 
 
 def Ibarrier(self):
-    """Nonblocking Barrier."""
+    """Nonblocking Barrier: always MPI's (posting one costs more than the
+    pool's barrier saves; with CXLMPI_ORDERING, MPI's barrier does its
+    work anyway)."""
     enter_posting(self)
-    plan = nb_plan_barrier(self)
-    return nb_request(self, plan, BARRIER, _I.Ibarrier, (), False)
+    return nb_request(self, None, BARRIER, _I.Ibarrier, (), False)
 
 
 def Ibcast(self, buf, int root=0):
@@ -108,14 +100,13 @@ def Ibcast(self, buf, int root=0):
 
 
 def Barrier_init(self, info=MPI.INFO_NULL):
-    """Persistent Barrier."""
+    """Persistent Barrier: always MPI's, as `Ibarrier`."""
     enter_init(self)
-    plan = nb_plan_barrier(self)
-    return nb_request(self, plan, BARRIER, _I.Barrier_init, (info,), True)
+    return nb_request(self, None, BARRIER, _I.Barrier_init, (info,), True)
 
 
 def Bcast_init(self, buf, int root=0, info=MPI.INFO_NULL):
     """Persistent Broadcast."""
     enter_init(self)
-    plan = nb_plan_bcast(self, buf, root)
+    plan = init_plan(self, lambda: nb_plan_bcast(self, buf, root))
     return nb_request(self, plan, BCAST, _I.Bcast_init, (buf, root, info), True)

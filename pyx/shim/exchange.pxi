@@ -388,7 +388,7 @@ def Alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoall."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    plan = nb_plan_move(self, ALLTOALL, sendbuf, recvbuf)
+    plan = init_plan(self, lambda: nb_plan_move(self, ALLTOALL, sendbuf, recvbuf))
     return nb_request(self, plan, ALLTOALL, _I.Alltoall_init, (sendbuf, recvbuf, info), True)
 
 
@@ -397,7 +397,8 @@ def Scatter_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     enter_init(self)
     if root == comm_rank(self):
         recvbuf = placed(recvbuf)
-    return nb_request(self, nb_plan_scatter(self, sendbuf, recvbuf, root), SCATTER,
+    plan = init_plan(self, lambda: nb_plan_scatter(self, sendbuf, recvbuf, root))
+    return nb_request(self, plan, SCATTER,
                       _I.Scatter_init, (sendbuf, recvbuf, root, info), True)
 
 
@@ -406,7 +407,8 @@ def Scatterv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     enter_init(self)
     if root == comm_rank(self):
         recvbuf = placed(recvbuf)
-    return nb_request(self, nb_plan_scatterv(self, sendbuf, recvbuf, root), SCATTERV,
+    plan = init_plan(self, lambda: nb_plan_scatterv(self, sendbuf, recvbuf, root))
+    return nb_request(self, plan, SCATTERV,
                       _I.Scatterv_init, (sendbuf, recvbuf, root, info), True)
 
 
@@ -414,5 +416,6 @@ def Alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Alltoallv."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    return nb_request(self, nb_plan_alltoallv(self, sendbuf, recvbuf), ALLTOALLV,
+    plan = init_plan(self, lambda: nb_plan_alltoallv(self, sendbuf, recvbuf))
+    return nb_request(self, plan, ALLTOALLV,
                       _I.Alltoallv_init, (sendbuf, recvbuf, info), True)

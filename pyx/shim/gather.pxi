@@ -420,7 +420,7 @@ def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgather."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
+    plan = init_plan(self, lambda: nb_plan_move(self, ALLGATHER, sendbuf, recvbuf))
     return nb_request(self, plan, ALLGATHER, _I.Allgather_init, (sendbuf, recvbuf, info), True)
 
 
@@ -428,7 +428,8 @@ def Allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
     """Persistent Allgatherv."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    return nb_request(self, nb_plan_allgatherv(self, sendbuf, recvbuf), ALLGATHERV,
+    plan = init_plan(self, lambda: nb_plan_allgatherv(self, sendbuf, recvbuf))
+    return nb_request(self, plan, ALLGATHERV,
                       _I.Allgatherv_init, (sendbuf, recvbuf, info), True)
 
 
@@ -437,7 +438,8 @@ def Gather_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     enter_init(self)
     if root == comm_rank(self):
         sendbuf = placed(sendbuf)
-    return nb_request(self, nb_plan_gather(self, sendbuf, recvbuf, root), GATHER,
+    plan = init_plan(self, lambda: nb_plan_gather(self, sendbuf, recvbuf, root))
+    return nb_request(self, plan, GATHER,
                       _I.Gather_init, (sendbuf, recvbuf, root, info), True)
 
 
@@ -446,5 +448,6 @@ def Gatherv_init(self, sendbuf, recvbuf, int root=0, info=MPI.INFO_NULL):
     enter_init(self)
     if root == comm_rank(self):
         sendbuf = placed(sendbuf)
-    return nb_request(self, nb_plan_gatherv(self, sendbuf, recvbuf, root), GATHERV,
+    plan = init_plan(self, lambda: nb_plan_gatherv(self, sendbuf, recvbuf, root))
+    return nb_request(self, plan, GATHERV,
                       _I.Gatherv_init, (sendbuf, recvbuf, root, info), True)

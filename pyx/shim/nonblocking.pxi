@@ -110,21 +110,42 @@ cdef object posted_state(object comm, int which):
     return state
 
 
-cdef int ready_wanted(object comm, object state) except -1:
-    """(`enter`, `enter_init`: a call every rank makes at the same point)
-    Reserve the data halves of `comm`'s pool (a posted call found them
-    missing and went to MPI, or a persistent *_init is to be planned): the
-    next posted calls take the pool."""
+cdef int ready_wanted(object comm, object state, bint agree=False) except -1:
+    """(`enter`, `init_plan`: a call every rank makes at the same point)
+    Reserve the data halves of `comm`'s pool that a posted call found
+    missing (`state.wanted`): the next posted calls take the pool.
+    `agree`: only where some rank wants them (a header step; `wanted` is
+    this rank's own)."""
+    wanted = state.wanted
     state.wanted = False
     pool = state.pool
     if type(pool) is not Pool or state.hosts > 1 or pool.ready or pool.short:
         return 0
     pool.drain()
     try:
-        pool.prepare("posted calls")
+        if not agree or pool.agree(1 + wanted, "posted calls") > 1:
+            pool.prepare("posted calls")
     except PoolFailure as exc:
         raise run_failed(comm, exc)
     return 0
+
+
+cdef Plan init_plan(object comm, object planner):
+    """The plan of a persistent collective's *_init (`planner()`: the
+    family's nb_plan_*), which MPI makes nonlocal (every rank makes it, at
+    the same point of its calls).  Where the communicator's pool holds no
+    data memory yet, its ranks first agree whether any rank's plan wants
+    it (or an earlier posted call did), and only then reserve it and plan
+    again: a call below CXLMPI_NONBLOCKING_THRESHOLD on every rank
+    reserves nothing (64 MiB of /dev/shm by default, before).  Every
+    condition read before that step is the same on every rank."""
+    state = comm_state(comm)
+    plan = planner()
+    if state is None or not nb_on or type(state.pool) is not Pool or state.hosts > 1 \
+            or state.pool.ready or state.pool.short:
+        return plan
+    ready_wanted(comm, state, True)
+    return planner() if state.pool.ready else plan
 
 
 cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple args,
@@ -136,7 +157,8 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     what a peer receives before posting it): where the communicator has no
     pool yet, or its data halves are not reserved, the call goes to MPI,
     and the next blocking collective sets them up (`enter`); a persistent
-    *_init sets them up before it plans (`enter_init`).  Where the class
+    *_init sets the pool up before it plans (`enter_init`), and the halves
+    where a rank's plan wants them (`init_plan`).  Where the class
     has settled no path, where it has settled none, the builtin
     windows decide, as for a communicator without routes (a posted call
     cannot time its paths), and the pool path is the likeliest variant of
@@ -144,7 +166,7 @@ cdef Plan planned(object comm, int which, Py_ssize_t nbytes, str method, tuple a
     `any_size`: a call whose size differs between ranks (Igatherv,
     Iscatterv, Ialltoallv, this rank's bytes), which no window or route
     decides: the pool's default path."""
-    if not any_size and (not within(which, nbytes) or nbytes < nb_floor and which != BARRIER):
+    if not any_size and (not within(which, nbytes) or nbytes < nb_floor):
         return None
     state = posted_state(comm, which)
     if state is None or state.hosts > 1 or type(state.pool) is not Pool:
@@ -331,8 +353,8 @@ cdef object _I = MPI.Intracomm
 # CXLMPI_TUNING=pool (the others count their calls and go to MPI); the
 # reference's pool table reads them.
 POSTED_TO_POOL = (
-    "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
-    "Iallgatherv", "Ireduce_scatter_block", "Ireduce_scatter", "Barrier_init", "Bcast_init",
+    "Ibcast", "Ireduce", "Iallreduce", "Iscan", "Iexscan", "Iallgather",
+    "Iallgatherv", "Ireduce_scatter_block", "Ireduce_scatter", "Bcast_init",
     "Reduce_init", "Allreduce_init", "Scan_init", "Exscan_init", "Allgather_init",
     "Allgatherv_init", "Reduce_scatter_block_init", "Reduce_scatter_init")
 POSTED_UNDER_TUNING_POOL = (

@@ -214,7 +214,8 @@ def Reduce_init(self, sendbuf, recvbuf, op=MPI.SUM, int root=0, info=MPI.INFO_NU
     enter_init(self)
     if root == comm_rank(self):
         sendbuf = placed(sendbuf)
-    plan = nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root) if root >= 0 else None
+    plan = init_plan(self, lambda: nb_plan_reduce(self, REDUCE, sendbuf, recvbuf, op, root)) \
+        if root >= 0 else None
     return nb_request(self, plan, REDUCE,
                       _I.Reduce_init, (sendbuf, recvbuf, op, root, info), True)
 
@@ -223,7 +224,7 @@ def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent Allreduce."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
+    plan = init_plan(self, lambda: nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1))
     return nb_request(self, plan, ALLREDUCE,
                       _I.Allreduce_init, (sendbuf, recvbuf, op, info), True)
 
@@ -232,7 +233,7 @@ def Scan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent inclusive Scan."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
+    plan = init_plan(self, lambda: nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1))
     return nb_request(self, plan, SCAN, _I.Scan_init, (sendbuf, recvbuf, op, info), True)
 
 
@@ -240,5 +241,5 @@ def Exscan_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
     """Persistent exclusive Scan."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
+    plan = init_plan(self, lambda: nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1))
     return nb_request(self, plan, EXSCAN, _I.Exscan_init, (sendbuf, recvbuf, op, info), True)

@@ -226,7 +226,7 @@ def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_
     """Persistent Reduce-Scatter Block."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
+    plan = init_plan(self, lambda: nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op))
     return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
                       _I.Reduce_scatter_block_init, (sendbuf, recvbuf, op, info), True)
 
@@ -236,6 +236,7 @@ def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM,
     """Persistent Reduce-Scatter."""
     sendbuf = placed(sendbuf)
     enter_init(self)
-    return nb_request(self, nb_plan_reduce_scatter(self, sendbuf, recvbuf, recvcounts, op),
-                      REDUCE_SCATTER, _I.Reduce_scatter_init,
+    plan = init_plan(self, lambda: nb_plan_reduce_scatter(self, sendbuf, recvbuf,
+                                                          recvcounts, op))
+    return nb_request(self, plan, REDUCE_SCATTER, _I.Reduce_scatter_init,
                       (sendbuf, recvbuf, recvcounts, op, info), True)

@@ -142,18 +142,16 @@ cdef inline object first_state(object comm):
 cdef inline int enter_init(object comm) except -1:
     """At the start of a persistent collective's *_init, which MPI makes
     nonlocal (it may wait for the peers, and every rank makes it):
-    `enter_posting`, the pool set up as by a blocking call (`enter`), and
-    its data halves reserved where posted calls can take it, whatever the
-    call's size -- so that the plan made once can take the pool (a plan
-    never waits for the peers: its size is not the same on every rank of
-    an erroneous program, see `enter`)."""
+    `enter_posting`, and the pool set up as by a blocking call (`enter`),
+    whatever the call's size; `init_plan` then reserves its data halves
+    where some rank's plan wants them, so that the plan made once can take
+    the pool (a plan never waits for the peers: its size is not the same
+    on every rank of an erroneous program, see `enter`)."""
     enter_posting(comm)
     if world_check is not None:
         check_world(comm)
     if not disabled:
-        state = first_state(comm)
-        if nb_on:
-            ready_wanted(comm, state)
+        first_state(comm)
     return 0
 
 
