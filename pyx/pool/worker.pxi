@@ -365,15 +365,18 @@ cdef class Pool(_Collectives):
         cdef cxl_op *c = o.c
         c.state = QUEUED
         c.next = NULL
-        with nogil:
-            pthread_mutex_lock(&w.mu)
-            if w.tail == NULL:
-                w.head = c
-            else:
-                w.tail.next = c
-            w.tail = c
-            pthread_cond_broadcast(&w.work)
-            pthread_mutex_unlock(&w.mu)
+        # (the GIL held throughout: no other thread can stop the worker and
+        # free `w` between the unlock and the wake-up.  The wake-up after
+        # the unlock: a worker woken while the lock is still held may run
+        # at once, only to sleep on the lock -- two switches for nothing)
+        pthread_mutex_lock(&w.mu)
+        if w.tail == NULL:
+            w.head = c
+        else:
+            w.tail.next = c
+        w.tail = c
+        pthread_mutex_unlock(&w.mu)
+        pthread_cond_broadcast(&w.work)
 
     cdef bint _ended(self, cxl_op *c):
         cdef cxl_worker *w = self._live_worker()
