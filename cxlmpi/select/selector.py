@@ -72,8 +72,9 @@ class Selector:
         # each one's Learner is made at its class's first use (`known`) --
         # making them all took 2-5 ms per communicator (113-157 classes).
         fitting = self._fitting()
-        self.cached: dict[tuple[int, int, int], dict[str, Any]] = {
-            key: entry for key, (entry, _) in fitting.items()}
+        # {class: (cache entry, its best path)}: the cached classes whose
+        # Learner is not made yet
+        self.cached: dict[tuple[int, int, int], tuple[dict[str, Any], int]] = dict(fitting)
         for key, (_, best) in fitting.items():
             # (what `_publish` does for a learner from the cache: settled,
             # re-checked after its first interval)
@@ -112,8 +113,9 @@ class Selector:
         """The class's Learner, made from its cache entry at its first use;
         None for a class neither learned nor cached."""
         learner = self.learners.get(key)
-        if learner is None and key in self.cached:
-            learner = Learner.from_cache(self._candidates(*key), self.cached.pop(key))
+        cached = self.cached.pop(key, None) if learner is None else None
+        if cached is not None:
+            learner = Learner.from_cache(self._candidates(*key), cached[0])
             assert learner is not None   # (checked in __init__)
             learner.overhead = self.overhead_s
             learner.run_len = run_length(key[1])
@@ -286,6 +288,10 @@ def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | N
     if routes is None or name not in config.COLLECTIVES:
         return None
     which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
-    learner = routes.selector.known((which, sc, routes.placement(which, sc)))
-    best = None if learner is None else learner.best if settled else learner.choice()
+    key = (which, sc, routes.placement(which, sc))
+    # (read only: another thread may be in a call of the communicator)
+    learner = routes.selector.learners.get(key)
+    cached = routes.selector.cached.get(key)
+    best = cached[1] if learner is None and cached is not None else \
+        None if learner is None else learner.best if settled else learner.choice()
     return None if best is None else code_name(best)
