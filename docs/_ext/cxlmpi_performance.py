@@ -64,8 +64,9 @@ class Run:
 
 def _files(kind: str) -> list[tuple[Path, dict[str, Any]]]:
     """(path, data) of every results file of `kind`: "sweep" (python -m
-    cxlmpi.bench --json), "overlap" (... --overlap --json) or "program"
-    (tools/compare.py --json), by folder."""
+    cxlmpi.bench --json), "overlap" (... --overlap --json), "program"
+    (tools/compare.py --json), "objects" (tools/bench_objects.py --json) or
+    "setup" (tools/bench_setup.py --json), by folder."""
     out = []
     for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []:
         for path in sorted(folder.glob("*.json")):
@@ -75,12 +76,15 @@ def _files(kind: str) -> list[tuple[Path, dict[str, Any]]]:
                 found = "program"
             elif meta.get("tool") == "tools/bench_objects.py":
                 found = "objects"
+            elif meta.get("tool") == "tools/bench_setup.py":
+                found = "setup"
             elif meta.get("tool") == "cxlmpi.bench":
                 found = "overlap" if meta.get("mode") == "overlap" else "sweep"
             else:
                 raise ValueError(f"{path}: not a results file of python -m cxlmpi.bench "
-                                 f"--json, tools/compare.py --json or "
-                                 f"tools/bench_objects.py --json")
+                                 f"--json, tools/compare.py --json, "
+                                 f"tools/bench_objects.py --json or "
+                                 f"tools/bench_setup.py --json")
             if found == kind:
                 out.append((path, data))
     return out
@@ -270,7 +274,7 @@ def generate(plots: bool = True, write: bool = True) -> str:
                   "rounds; ✕: the calls went to MPI, ◆: some did)"
                   + (" / the control's." if run.control else "."), "",
                   table(run), ""]
-    parts += overlap_part() + programs_part() + objects_part()
+    parts += overlap_part() + programs_part() + objects_part() + setup_part()
     if not parts:
         parts = ["No results files are committed yet (results/*/*.json).", ""]
     text = "\n".join(parts)
@@ -372,6 +376,32 @@ def objects_part() -> list[str]:
             parts.append(f"| {r['call']} | {r['size']} | {r['stock_us']:.0f} | "
                          f"{r['heap_us']:.0f} | {r['mpi_us']:.0f} | "
                          f"{r['stock_over_heap']:.2f}x | {r['mpi_over_heap']:.2f}x |")
+        parts.append("")
+    return parts
+
+
+def setup_part() -> list[str]:
+    """Per folder of tools/bench_setup.py results: a new communicator's
+    first collective (where cxlmpi sets its pool up), stock and cxlmpi."""
+    by_folder: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for path, data in _files("setup"):
+        by_folder.setdefault(path.parent.name, []).append((path, data))
+    parts = []
+    for folder, files in by_folder.items():
+        meta = files[0][1]["metadata"]
+        parts += [f"## A new communicator's first collective: `{folder}`", "",
+                  f"{meta['ranks']} ranks, {meta.get('cpu') or NOT_RECORDED}, "
+                  f"{meta.get('mpi', NOT_RECORDED)}; `{folder}/machine.txt` says what each "
+                  f"file ran.", "", "```sh", meta["command"], "```", "",
+                  "The slowest rank's first `Allreduce` on a new communicator (median over "
+                  "the communicators): kept alive to the end, or each freed before the next "
+                  "(its pool taken over by the next).", "",
+                  "| file | date | mode | stock (µs) | cxlmpi (µs) |",
+                  "|---|---|---|---:|---:|"]
+        for path, data in files:
+            for r in data["rows"]:
+                parts.append(f"| {path.stem} | {data['metadata'].get('date', NOT_RECORDED)} "
+                             f"| {r['mode']} | {r['stock_us']:.1f} | {r['cxlmpi_us']:.1f} |")
         parts.append("")
     return parts
 
