@@ -529,6 +529,45 @@ def test_cache_round_trip(tmp_path) -> None:
     assert cache.load_cache(None, fp) == {}
 
 
+def test_a_cached_class_is_made_once_when_two_threads_ask() -> None:
+    """select.decision() may run in any thread while the communicator's own
+    thread asks for a cached class's Learner (Selector.known): each class
+    gets one Learner, made from its entry, and no thread raises.  Before,
+    both threads could pass the entry's check and the second one's pop
+    raised KeyError -- on one rank, in the middle of a collective."""
+    import sys
+    import threading
+
+    entry = {"best": "pool", "runner_up": "mpi", "seconds": {"pool": 1e-4, "mpi": 2e-4}}
+    prior = {(BCAST, sc, 0): dict(entry) for sc in range(10, 30)}
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(50):
+            selector = Job(2, prior=prior).selectors[0]
+            errors: list[BaseException] = []
+            made: list[dict] = [{}, {}]
+
+            def ask(i: int, selector: Selector = selector, errors: list = errors,
+                    made: list = made) -> None:
+                try:
+                    for key in prior:
+                        made[i][key] = selector.known(key)
+                except BaseException as exc:  # noqa: BLE001 - what the test looks for
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            assert all(made[0][k] is made[1][k] is selector.learners[k] for k in prior)
+            assert all(selector.learners[k].best == code_of("pool") for k in prior)
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_candidates_and_names() -> None:
     """Every candidate list starts with MPI and names distinct paths that
     round-trip through their names; zero-copy classes weigh MPI against

@@ -7,6 +7,7 @@ cxlmpi.select.interface: the compiled half calls `report`, `delivered` and
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .. import config
@@ -75,6 +76,7 @@ class Selector:
         # {class: (cache entry, its best path)}: the cached classes whose
         # Learner is not made yet
         self.cached: dict[tuple[int, int, int], tuple[dict[str, Any], int]] = dict(fitting)
+        self._making = threading.Lock()   # (`known`)
         for key, (_, best) in fitting.items():
             # (what `_publish` does for a learner from the cache: settled,
             # re-checked after its first interval)
@@ -113,13 +115,18 @@ class Selector:
         """The class's Learner, made from its cache entry at its first use;
         None for a class neither learned nor cached."""
         learner = self.learners.get(key)
-        cached = self.cached.pop(key, None) if learner is None else None
-        if cached is not None:
-            learner = Learner.from_cache(self._candidates(*key), cached[0])
-            assert learner is not None   # (checked in __init__)
-            learner.overhead = self.overhead_s
-            learner.run_len = run_length(key[1])
-            self.learners[key] = learner
+        if learner is not None:
+            return learner
+        with self._making:   # (another thread may ask for it at once)
+            learner = self.learners.get(key)
+            if learner is None and key in self.cached:
+                entry = self.cached[key][0]
+                learner = Learner.from_cache(self._candidates(*key), entry)
+                assert learner is not None   # (checked in __init__)
+                learner.overhead = self.overhead_s
+                learner.run_len = run_length(key[1])
+                self.learners[key] = learner
+                del self.cached[key]
         return learner
 
     def learner(self, key: tuple[int, int, int], ops: int = 0) -> Learner:
@@ -289,9 +296,10 @@ def decision(comm: Any, name: str, nbytes: int, settled: bool = True) -> str | N
         return None
     which, sc = config.COLLECTIVES.index(name), size_class(nbytes)
     key = (which, sc, routes.placement(which, sc))
-    # (read only: another thread may be in a call of the communicator)
-    learner = routes.selector.learners.get(key)
+    # (read only: another thread may be in a call of the communicator; the
+    # entry first -- `known` makes the Learner before it drops the entry)
     cached = routes.selector.cached.get(key)
+    learner = routes.selector.learners.get(key)
     best = cached[1] if learner is None and cached is not None else \
         None if learner is None else learner.best if settled else learner.choice()
     return None if best is None else code_name(best)
