@@ -116,7 +116,9 @@ def _end_in_flight(stacklevel: int) -> None:
     finalizing ("Attempting to use an MPI routine after finalizing MPICH"
     from the worker, before).  MPI requires a program to complete its
     requests before MPI_Finalize: one that did not is told so, once per
-    process."""
+    process.  Nothing where MPI is not running."""
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return
     pending = _shim.finish_posted()
     if pending:
         import warnings
@@ -131,19 +133,13 @@ def _end_in_flight(stacklevel: int) -> None:
 def _finalize() -> None:
     """`MPI.Finalize` once the pool has taken a posted call: the calls in
     flight end first."""
-    if MPI.Is_initialized() and not MPI.Is_finalized():
-        _end_in_flight(2)
+    _end_in_flight(2)
     _STOCK_FINALIZE()
-
-
-def _at_exit() -> None:
-    if MPI.Is_initialized() and not MPI.Is_finalized():
-        _end_in_flight(1)
 
 
 def _at_finalize(comm: MPI.Comm, keyval: int, attr: Any) -> None:
     """MPI_Finalize has begun (MPI is still usable), which neither
-    `_finalize` nor `_at_exit` saw."""
+    `_finalize` nor the atexit handler saw."""
     global _finalize_keyval
     _finalize_keyval = None
     _end_in_flight(1)
@@ -158,7 +154,7 @@ def _arm_finalize() -> None:
         MPI.Finalize = _finalize
         import atexit
 
-        atexit.register(_at_exit)
+        atexit.register(_end_in_flight, 1)
 
 
 def _post(comm: MPI.Intracomm, plan: Any) -> tuple[MPI.Grequest, _Record]:

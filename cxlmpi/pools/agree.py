@@ -82,11 +82,12 @@ def bcast_kept(comm: MPI.Intracomm, name: str, obj: Any, root: int = 0) -> Any:
         digest[:] = hashlib.blake2b(data, digest_size=16).digest()
     plain.Bcast([digest, MPI.BYTE], root)
     kept = _kept.get(name)
-    need = array("q", [kept is None or kept[0] != digest])
+    stale = kept is None or kept[0] != digest
+    need = array("q", [stale])
     plain.Allreduce(MPI.IN_PLACE, [need, MPI.INT64_T], MPI.MAX)
     if need[0]:
         data = _bcast_bytes(comm, data, root)
-        if kept is None or kept[0] != digest:
+        if stale:
             kept = _kept[name] = (bytes(digest), pickle.loads(data))
     assert kept is not None
     return kept[1]

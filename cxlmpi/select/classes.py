@@ -145,11 +145,11 @@ def first_run(sc: int) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def first_runs() -> tuple[list[int], list[int]]:
+def first_runs() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """`first_run` and `first_skip` of every size class (what each new
-    communicator's route table starts from; read-only)."""
-    return ([first_run(sc) for sc in range(NCLASSES)],
-            [first_skip(sc) for sc in range(NCLASSES)])
+    communicator's route table starts from)."""
+    return (tuple(first_run(sc) for sc in range(NCLASSES)),
+            tuple(first_skip(sc) for sc in range(NCLASSES)))
 
 
 def first_skip(sc: int) -> int:
