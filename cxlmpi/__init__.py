@@ -11,14 +11,7 @@ rank of the pool group maps; everything else goes to MPI unchanged.
 
 from __future__ import annotations
 
-# First: starts MPI if nothing has (cxlmpi.launch.startup).
-from .launch import startup  # noqa: F401
-
-# isort: split
 from ._version import __version__
-from .communicator.cxlcomm import CXLComm, wrap
-from .communicator.stats import install_stats_hook, stats
-from .communicator.stats import reset as reset_stats
 from .errors import (
     CXLMPIConfigError,
     CXLMPIError,
@@ -28,22 +21,40 @@ from .errors import (
     CXLMPIPoolError,
     CXLMPITimeoutError,
 )
-from .launch.entry import is_patched, patch, unpatch
 
-_ARRAYS = ("empty", "zeros", "empty_like", "zeros_like", "asarray", "is_resident",
-           "write_back", "invalidate")
+# This process's identity and heartbeat in the pool's control lines, for
+# every user of cxlmpi._pool (set as it loads; needs no MPI).
+from .memory import partitions as _identity  # noqa: F401
+
+# Where each name of the API lives, imported on first use: importing cxlmpi
+# neither starts MPI (its first use does, cxlmpi.startup) nor
+# imports NumPy - a program may still set mpi4py.rc, and OMP_NUM_THREADS &
+# co. before NumPy's BLAS thread pool starts (with two BLAS threads per
+# rank on a node full of ranks, a training loop ran 5-20x slower).
+_HOMES = {
+    "CXLComm": "communicator.cxlcomm", "wrap": "communicator.cxlcomm",
+    "install_stats_hook": "communicator.stats", "stats": "communicator.stats",
+    "reset_stats": "communicator.stats",
+    "patch": "launch.entry", "unpatch": "launch.entry", "is_patched": "launch.entry",
+    **dict.fromkeys(("empty", "zeros", "empty_like", "zeros_like", "asarray",
+                     "is_resident", "write_back", "invalidate"), "resident.arrays"),
+}
 
 
 def __getattr__(name: str):
-    # cxlmpi.empty & co. import NumPy on first use, not with cxlmpi: a
-    # program may still set OMP_NUM_THREADS & co. before NumPy (and its BLAS
-    # thread pool) starts - with two BLAS threads per rank on a node full of
-    # ranks, a training loop ran 5-20x slower.
-    if name in _ARRAYS:
-        from .resident import arrays
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'cxlmpi' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(arrays, name)
-    raise AttributeError(f"module 'cxlmpi' has no attribute {name!r}")
+    module = import_module(f".{home}", __name__)
+    value = getattr(module, "reset" if name == "reset_stats" else name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

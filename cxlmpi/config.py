@@ -376,15 +376,27 @@ def _warn_unknown(stream: TextIO | None = None) -> None:
     found = unknown()
     if not found:
         return
-    from mpi4py import MPI
-
-    if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_rank() != 0:
+    mpi = sys.modules.get("mpi4py.MPI")  # (importing it here could start MPI)
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        if mpi.COMM_WORLD.Get_rank() != 0:
+            return
+    elif _launcher_rank() not in (None, 0):
         return
     stream = sys.stderr if stream is None else stream
     for name, suggestion in found:
         stream.write(f"cxlmpi: warning: {describe_unknown(name, suggestion)}; "
                      f"`python -m cxlmpi --info` lists the settings\n")
     stream.flush()
+
+
+def _launcher_rank() -> int | None:
+    """This process's rank as the launcher tells it (MPICH's hydra, Open
+    MPI's prterun, Slurm), before MPI is started; None outside a launcher."""
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 #: The settings every rank must agree on (checked when a pool is set up and

@@ -3,7 +3,7 @@
 Everything is local: no intersphinx, nothing fetched.  The reference pages'
 tables are generated from the code by docs/_ext/cxlmpi_reference.py, the
 performance page's figures from results/ by docs/_ext/cxlmpi_performance.py.
-Importing cxlmpi (autodoc, the generators) starts MPI as a singleton: no
+cxlmpi's modules (autodoc, the generators) start MPI as a singleton: no
 mpiexec needed.
 """
 

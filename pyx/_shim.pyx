@@ -208,3 +208,7 @@ class CommBase(_Intracomm):
 for _name in METHODS + NONBLOCKING_METHODS:
     getattr(CommBase, _name).__qualname__ = f"CommBase.{_name}"
 del _name
+
+# Last: `configure` (shim/settings.pxi) runs at once where the settings were
+# read before this module loaded, and needs every function above.
+_config.on_change(configure)

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("memory", ["memory"]),                              # backends, partitions, liveness
     ("settings", ["config", "spec"]),                    # CXLMPI_*, read by all
     ("pool", ["_pool", "_alloc"]),                       # compiled: algorithms, kernels, codes
-    ("base", ["errors", "_version"]),
+    ("base", ["errors", "_version", "startup"]),           # MPI started where cxlmpi needs it
 ]
 
 # The commands that keep their old names (python -m cxlmpi.bench, -m

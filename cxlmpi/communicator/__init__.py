@@ -5,3 +5,5 @@ pyx/shim/*.pxi) and whose derived communicators come back wrapped
 nonblocking forms, an extension of mpi4py's API (`objects_nb`; the calls in
 flight: `objects_progress`); the counts of all of them that
 ``cxlmpi.stats()`` reports (`stats`)."""
+
+from .. import startup  # noqa: F401  (MPI is started before this package looks it up)

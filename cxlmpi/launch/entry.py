@@ -9,6 +9,9 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from .. import startup  # noqa: F401  (first: MPI is started before cxlmpi looks it up)
+
+# isort: split
 from mpi4py import MPI
 
 from ..communicator.cxlcomm import _STOCK_CONSTANTS as _ORIGINAL

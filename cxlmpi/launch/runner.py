@@ -1,9 +1,11 @@
 """Run a program as ``python -m mpi4py`` does, with cxlmpi patched in.
 
 ``run(["app.py", *args])`` (or ``["-m", mod, ...]``, ``["-c", cmd, ...]``,
-``["-", ...]``) wraps MPI.COMM_WORLD and MPI.COMM_SELF, then hands the
-command line to ``mpi4py.run.run_command_line``, which sets sys.argv,
-sys.path and ``__main__`` as Python itself does.  An uncaught exception or
+``["-", ...]``) hands the command line to ``mpi4py.run.run_command_line``,
+which sets sys.argv, sys.path and ``__main__`` as Python itself does;
+MPI.COMM_WORLD and MPI.COMM_SELF are wrapped as soon as the program has
+started MPI (`cxlmpi.launch.hook`), so that its ``mpi4py.rc`` settings
+apply as under ``python -m mpi4py``.  An uncaught exception or
 a non-zero ``sys.exit`` in any rank prints its traceback and aborts the
 whole job at once instead of leaving the other ranks waiting.
 """
@@ -19,14 +21,13 @@ __all__ = ["run"]
 
 def run(args: list[str]) -> None:
     """Run the program of `args` (``[pyfile | -m mod | -c cmd | -] [arg] ...``)
-    with COMM_WORLD and COMM_SELF wrapped; returns when it ends normally."""
+    with COMM_WORLD and COMM_SELF wrapped once it starts MPI; returns when it
+    ends normally."""
     from mpi4py.run import run_command_line
 
-    from .entry import patch  # installs the stats hook too
-    from .startup import take_over_init
+    from .hook import watch
 
-    take_over_init()    # MPI is started: the program's MPI.Init() finds it so
-    patch()
+    watch()
     # Running the program is mpi4py.run's; aborting stays ours.  mpi4py.run
     # (main) calls set_abort_status here, which only records the status:
     # mpi4py calls MPI_Abort when the interpreter finalizes, after Python
@@ -66,10 +67,9 @@ def _abort(code: int, exc: BaseException | None = None) -> None:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     _drain_output()
     try:
-        from mpi4py import MPI
-
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            MPI.COMM_WORLD.Abort(code)
+        mpi = sys.modules.get("mpi4py.MPI")  # (not imported: MPI never started)
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.COMM_WORLD.Abort(code)
     finally:
         os._exit(code)
 

@@ -10,3 +10,5 @@ imported by ``import cxlmpi``.
   (``python -m cxlmpi.tune --output``), or adaptive selection's cache
   filled (``fill``)
 """
+
+from .. import startup  # noqa: F401  (MPI is started before this package looks it up)

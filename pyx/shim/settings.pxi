@@ -169,9 +169,6 @@ cdef inline int enter_posting(object comm) except -1:
     return 0
 
 
-_config.on_change(configure)
-
-
 # cxlmpi.wrap(COMM_WORLD) leaves the settings check (a collective step) to
 # the first collective on COMM_WORLD: made by every rank at the same point
 # of its calls, disabled ranks included (wrap itself may be called by some

@@ -1,19 +1,21 @@
 """MPI started on the program's behalf.
 
 A program that starts MPI itself (``mpi4py.rc.initialize = False``, then
-``MPI.Init_thread()``) may import cxlmpi first, or run under ``python -m
-cxlmpi``, which imports cxlmpi before the program: cxlmpi's modules look
-MPI up as they load, which MPI allows only once it is initialized (MPICH
-aborts the process otherwise).  So cxlmpi starts MPI when it is not
+``MPI.Init_thread()``) may use cxlmpi first (``cxlmpi.wrap``,
+``import cxlmpi.auto``): cxlmpi's modules look MPI up as they load,
+which MPI allows only once it is initialized (MPICH aborts the process
+otherwise).  So cxlmpi starts MPI when it is not
 started yet - as mpi4py itself would, by ``mpi4py.rc.threads`` and
 ``mpi4py.rc.thread_level`` - and the program's own ``MPI.Init()`` and
 ``MPI.Init_thread()`` then find it started and return as if they had
 started it.  ``Init_thread(required)`` gives the level MPI provides, which
 may be above `required` (as MPI allows): set ``mpi4py.rc.thread_level``
-before importing cxlmpi, or MPI4PY_RC_THREAD_LEVEL in the environment, to
+before using cxlmpi, or MPI4PY_RC_THREAD_LEVEL in the environment, to
 ask for less.  A reference to the stock ``Init_thread`` taken before
-importing cxlmpi still fails ("more than once").  Importing this module
-does it: cxlmpi imports it first.
+that still fails ("more than once").  Importing this module does it: each
+of cxlmpi's packages that looks MPI up imports it first.  ``import cxlmpi``
+alone does not (its names load on first use), and ``python -m cxlmpi``
+leaves starting MPI to the program (cxlmpi.launch.hook).
 """
 
 from __future__ import annotations
