@@ -54,7 +54,8 @@ cimport cython
 from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer,
                              PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT)
-from libc.stdint cimport uintptr_t, uint64_t
+from libc.stdint cimport intptr_t, uintptr_t, uint64_t
+from libc.stdlib cimport calloc, free
 from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
 from libc.string cimport memcmp, memcpy, memset, strcmp, strcpy, strlen
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc

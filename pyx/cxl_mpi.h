@@ -119,6 +119,72 @@ static void cxl_mpi_complete(intptr_t request)
         ((int (*)(void *))cxl_mpi_greq_complete)(CXL_P(request));
 }
 
+/* Generalized requests started here, with C callbacks: a posted call's
+ * request costs no Python at MPI_Wait unless its call failed or staged a
+ * message (pyx/shim/nonblocking.pxi).  MPI_Grequest_start's query
+ * function fills an empty status as mpi4py's does: MPI_SOURCE, MPI_TAG and
+ * MPI_ERROR at the byte offsets found through mpi4py at run time (MPI has
+ * no setter for them before MPI-4.1), the count and the cancelled flag by
+ * MPI's own setters. */
+static void *cxl_mpi_greq_fn[3];   /* start, Status_set_elements, Status_set_cancelled */
+static int cxl_mpi_greq_ready = 0;
+static int cxl_status_at[3];       /* offsets of MPI_SOURCE, MPI_TAG, MPI_ERROR */
+static int cxl_status_any[2];      /* MPI_ANY_SOURCE, MPI_ANY_TAG */
+static intptr_t cxl_mpi_byte;      /* MPI_BYTE */
+
+static int cxl_mpi_resolve_greq_start(const char *module, const int *at, const int *any,
+                                      intptr_t byte)
+{
+    static const char *const names[3] = {
+        "MPI_Grequest_start", "MPI_Status_set_elements", "MPI_Status_set_cancelled"};
+    for (int i = 0; i < 3; i++) cxl_status_at[i] = at[i];
+    cxl_status_any[0] = any[0];
+    cxl_status_any[1] = any[1];
+    cxl_mpi_byte = byte;
+    cxl_mpi_greq_ready = cxl_mpi_greq_complete != NULL
+        && cxl_mpi_lookup(module, names, 3, cxl_mpi_greq_fn);
+    return cxl_mpi_greq_ready;
+}
+
+/* MPI_Grequest_start(query, free, cancel, extra, &request): MPI's code,
+ * and the request's handle in `*request`. */
+static int cxl_mpi_greq_start(void *query, void *free_fn, void *cancel, void *extra,
+                              intptr_t *request)
+{
+    int rc;
+    if (cxl_mpi_int) {
+        int h = 0;
+        rc = ((int (*)(void *, void *, void *, void *, int *))cxl_mpi_greq_fn[0])(
+            query, free_fn, cancel, extra, &h);
+        *request = h;
+    } else {
+        void *h = NULL;
+        rc = ((int (*)(void *, void *, void *, void *, void **))cxl_mpi_greq_fn[0])(
+            query, free_fn, cancel, extra, &h);
+        *request = (intptr_t)h;
+    }
+    return rc;
+}
+
+/* A count that threads add to without a lock. */
+static inline void cxl_count(uint64_t *counter)
+{
+    __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* An empty status, as MPI leaves a collective's (source and tag undefined). */
+static void cxl_mpi_status_empty(void *status)
+{
+    *(int *)((char *)status + cxl_status_at[0]) = cxl_status_any[0];
+    *(int *)((char *)status + cxl_status_at[1]) = cxl_status_any[1];
+    *(int *)((char *)status + cxl_status_at[2]) = 0;   /* MPI_SUCCESS */
+    if (cxl_mpi_int)
+        ((int (*)(void *, int, int))cxl_mpi_greq_fn[1])(status, CXL_I(cxl_mpi_byte), 0);
+    else
+        ((int (*)(void *, void *, int))cxl_mpi_greq_fn[1])(status, CXL_P(cxl_mpi_byte), 0);
+    ((int (*)(void *, int))cxl_mpi_greq_fn[2])(status, 0);
+}
+
 /* How a rank waits between tests of a request only its peers can complete:
  * spinning first (the peers are usually microseconds behind), then
  * yielding the core for 10 ms (a peer may be queued behind this rank on

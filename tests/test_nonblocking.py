@@ -253,3 +253,19 @@ def test_an_init_reserves_the_pools_memory_only_where_a_plan_wants_it(nranks: in
                             "large Allreduce_init": 1}, out
     assert out["taken"] == {"Barrier_init": 0, "small Allreduce_init": 0,
                             "large Allreduce_init": 3}, out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_posted_calls_status_is_a_stock_generalized_requests(nranks: int) -> None:
+    """The status of a pool request (completed by Wait, Test, Waitall
+    beside stock point-to-point requests, Get_status), marked beforehand,
+    is what a stock generalized request completed the same way gives: an
+    Iallreduce's (its end runs no Python), a staged Ibcast's (its end
+    copies back through Python) and an Allreduce_init's; every result
+    equals stock's.  The shim fills the status in C at offsets found
+    through mpi4py: one field left unset (the tag) fails it."""
+    proc = run_mpi(nranks, ["tests/scripts/posted_status.py"], env=POOL, timeout=120)
+    [line] = [x for x in proc.stdout.splitlines() if x.startswith("STATUS ")]
+    for rank in json.loads(line[len("STATUS "):]):
+        assert rank["failures"] == [], rank
+        assert rank["pool"] == {"iallreduce": 8, "ibcast": 4}, rank

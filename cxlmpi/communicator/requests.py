@@ -4,8 +4,10 @@ A call the pool takes (``comm.Iallreduce(a, b)``, planned by the compiled
 shim: pyx/shim/nonblocking.pxi) is posted to its pool's worker thread and
 returned as a generalized request (``MPI.Grequest``): a real MPI request,
 so ``Wait``, ``Test``, ``MPI.Request.Waitall`` and the rest work on lists
-that mix it with point-to-point and stock requests.  The worker completes
-it (``MPI_Grequest_complete``) once the call has run.  `PoolRequest` adds
+that mix it with point-to-point and stock requests.  The shim starts it
+with C callbacks (`query` here only where the call failed or staged a
+message); the worker completes it (``MPI_Grequest_complete``) once the
+call has run.  `PoolRequest` adds
 what MPI cannot know: its ``Wait`` sleeps until the worker has run the call
 (instead of spinning in MPI's progress loop, which would take the core the
 worker needs) and raises cxlmpi's own error when the call failed in the
@@ -40,8 +42,8 @@ class _Record:
 
     __slots__ = ("comm", "plan", "op", "error", "raised", "freed")
 
-    def __init__(self, comm: MPI.Intracomm, plan: Any, op: Any) -> None:
-        self.comm, self.plan, self.op = comm, plan, op
+    def __init__(self, comm: MPI.Intracomm, plan: Any) -> None:
+        self.comm, self.plan, self.op = comm, plan, None   # (op: set as it is posted)
         self.error: Exception | None = None
         self.raised = False   # cxlmpi's Wait raised the error itself
         self.freed = False    # the program completed its request (MPI freed it)
@@ -56,16 +58,13 @@ class _Record:
         return self.error
 
 
-def _query(status: MPI.Status, record: _Record) -> None:
-    # An empty status (MPI leaves a collective's source and tag undefined).
-    status.Set_source(MPI.ANY_SOURCE)
-    status.Set_tag(MPI.ANY_TAG)
-    status.Set_error(MPI.SUCCESS)
-    status.Set_elements(MPI.BYTE, 0)
-    status.Set_cancelled(False)
+def query(record: _Record) -> None:
+    """The end of a posted call that failed or staged a message, in MPI's
+    query of its request (the shim's C query function has filled the
+    status; a call that ran and staged nothing needs none of this)."""
     exc = record.op.error()
     if exc is None:
-        _shim.finish(record.plan, record.op)   # (staged messages back; counted)
+        _shim.finish(record.plan)   # (staged messages back)
     elif not record.raised:
         # Inside MPI's completion: say what failed, close nothing (the
         # communicator's next call does, see _shim settle_posted).
@@ -86,16 +85,6 @@ def _error_of(record: _Record, exc: Any) -> Exception:
                                   f"CXLMPI_TIMEOUT if its peers are just slow)")
     return CXLMPIPoolError(f"cxlmpi: {where} failed in the pool (code {exc.code}, rank "
                            f"{exc.rank}); the communicator's next call says more")
-
-
-def _free(record: _Record) -> None:
-    record.freed = True   # (the shim lets the record go once its call has ended)
-
-
-def _cancel(completed: bool, record: _Record) -> None:
-    # MPI: cancelling a nonblocking collective's request is erroneous;
-    # stock MPICH fails it, as does this.
-    raise MPI.Exception(MPI.ERR_REQUEST)
 
 
 # Calls still in flight when the program ends MPI (erroneous in MPI, done by
@@ -157,15 +146,15 @@ def _arm_finalize() -> None:
         atexit.register(_end_in_flight, 1)
 
 
-def _post(comm: MPI.Intracomm, plan: Any) -> tuple[MPI.Grequest, _Record]:
+def _post(comm: MPI.Intracomm, plan: Any, request: MPI.Request) -> _Record:
+    """Post `plan`'s call; `request` (inactive) takes its generalized
+    request, which the shim starts with C callbacks (MPI frees it, and lets
+    the record go, once the program has completed it)."""
     if _finalize_keyval is None:
         _arm_finalize()
-    op = _shim.post(plan)
-    record = _Record(comm, plan, op)
-    greq = MPI.Grequest.Start(_query, _free, _cancel, args=(record,))
-    _shim.submit(plan, op, greq)
-    _shim.live(record)
-    return greq, record
+    record = _Record(comm, plan)
+    _shim.start_call(plan, record, request)
+    return record
 
 
 def _raise_failure(record: _Record, wait: Any, request: MPI.Request) -> None:
@@ -230,16 +219,9 @@ class PoolRequest(_WaitsForTheWorker, MPI.Grequest):
 
 def start(comm: MPI.Intracomm, plan: Any) -> PoolRequest:
     """The request of a nonblocking collective that the pool takes."""
-    greq, record = _post(comm, plan)
-    request = PoolRequest(greq)
-    request._record = record
+    request = PoolRequest()
+    request._record = _post(comm, plan, request)
     return request
-
-
-# Where mpi4py keeps an object's handle: a persistent request takes each
-# Start's generalized request into its own.
-_HANDLE = ctypes.c_int if MPI._sizeof(MPI.Request) == ctypes.sizeof(ctypes.c_int) \
-    else ctypes.c_void_p
 
 
 class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
@@ -247,10 +229,6 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
 
     __slots__ = ("_comm", "_plan", "_record", "_freed")
     _mpi = MPI.Prequest
-
-    def _take(self, greq: MPI.Grequest) -> None:
-        _HANDLE.from_address(MPI._addressof(self)).value = \
-            _HANDLE.from_address(MPI._addressof(greq)).value
 
     def Start(self) -> None:  # noqa: N802
         if self._freed or self != MPI.REQUEST_NULL:
@@ -262,8 +240,7 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
             raise state.error   # (an earlier call failed: the pool is closed)
         if state is None or state is not self._plan.state or state.pool is None:
             raise MPI.Exception(MPI.ERR_COMM)   # (its communicator was freed)
-        greq, self._record = _post(self._comm, self._plan)
-        self._take(greq)
+        self._record = _post(self._comm, self._plan, self)
 
     @staticmethod
     def Startall(requests: list[MPI.Prequest]) -> None:  # noqa: N802
@@ -328,4 +305,4 @@ def persistent(comm: MPI.Intracomm, plan: Any) -> PersistentRequest:
     return request
 
 
-_shim.bind_requests(start, persistent)
+_shim.bind_requests(start, persistent, query)

@@ -53,7 +53,7 @@ cdef enum:
 cdef enum:
     QUEUED, RUNNING, DONE
 
-ctypedef void (*cxl_complete_fn)(uintptr_t, uintptr_t, int *) noexcept nogil
+ctypedef void (*cxl_complete_fn)(uintptr_t, uintptr_t, int *, int) noexcept nogil
 
 
 cdef struct cxl_op:
@@ -70,7 +70,7 @@ cdef struct cxl_op:
     size_t *sizes
     char **addrs2                 # exchanges: receive blocks
     size_t *sizes2
-    cxl_complete_fn complete      # called with (request, after, &rc) once the call ran
+    cxl_complete_fn complete      # called with (request, after, &rc, zc) once the call ran
     uintptr_t request, after
     int state                     # QUEUED, RUNNING, DONE (under the worker's lock)
     int rc, failed_rank, zc
@@ -155,7 +155,7 @@ cdef void run_posted(cxl_worker *w, cxl_op *o) noexcept nogil:
     o.zc = w.st.took_zc
     o.still_s, o.lease_s = w.st.still_s, w.st.lease_s
     if o.complete != NULL:   # (before DONE: a drained pool's caller may use MPI next)
-        o.complete(o.request, o.after, &rc)   # (an ordering barrier late: rc)
+        o.complete(o.request, o.after, &rc, o.zc)   # (an ordering barrier late: rc)
     o.rc = rc
     pthread_mutex_lock(&w.mu)
     if rc != OK and rc != ERR_MISMATCH and rc != ERR_CLOSED and w.broken_rc == OK:
@@ -230,9 +230,9 @@ cdef class Op:
         # (else the worker still holds it: leaked, never written after free)
 
     def submit(self, uintptr_t complete=0, uintptr_t request=0, uintptr_t after=0):
-        """Queue the call on its pool's worker; `complete(request, after)`
-        (a C function's address, 0: none) is called once it ran, before
-        the call counts as ended."""
+        """Queue the call on its pool's worker; `complete(request, after,
+        &rc, zerocopy)` (a C function's address, 0: none) is called once
+        it ran, before the call counts as ended."""
         if self.submitted:
             raise ValueError("a posted collective is submitted once")
         self.c.complete = <cxl_complete_fn>complete
