@@ -63,7 +63,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.long cimport PyLong_AsSsize_t
-from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 
 cdef extern from "<limits.h>":
     int INT_MAX

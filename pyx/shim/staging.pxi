@@ -133,11 +133,18 @@ cdef object _device_type(object obj):
         cai = getattr(obj, "__cuda_array_interface__", None)
         if cai is not None:
             return format_type(numpy.dtype(cai["typestr"]).char)
-        try:   # (in host memory NumPy reads it, read-only too)
+        try:
+            capsule = obj.__dlpack__()
+        except Exception:   # (NumPy exports a read-only array versioned only)
+            capsule = None
+        if capsule is None or not PyCapsule_IsValid(capsule, "dltensor"):
+            # (DLPack 1.0's versioned capsule: NumPy reads it, in host
+            # memory.  Not NumPy first: where it cannot read the type, it
+            # frees the capsule with its error set, and a producer's
+            # destructor written in Python then fails, printed as ignored
+            # -- hundreds in mpi4py's own test suite)
+            capsule = None
             return format_type(numpy.from_dlpack(obj).dtype.char)
-        except Exception:
-            pass
-        capsule = obj.__dlpack__()
         # (a DLManagedTensor begins with its DLTensor; the capsule, never
         # consumed, hands it back to its producer when it is freed)
         t = <cxl_dltensor *>PyCapsule_GetPointer(capsule, "dltensor")
