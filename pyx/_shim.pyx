@@ -80,6 +80,7 @@ import sys
 import threading
 from array import array
 
+from . import startup  # no-cython-lint  (first: this module looks MPI up as it loads)
 from mpi4py import MPI
 
 from ._pool import OP_CODES, TYPE_CODES, Pool, PoolFailure, pair_hash, reducer_defined

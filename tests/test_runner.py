@@ -198,6 +198,20 @@ def test_failure_in_one_rank_aborts_job(action: str, when: str, then: str,
     assert leaked_segments(before) == []
 
 
+def test_a_rank_that_fails_before_it_starts_mpi_aborts_the_job() -> None:
+    """Rank 1 raises before the program imports mpi4py, its peers wait for
+    it in MPI (MPICH's in MPI_Init, for ever): the runner starts MPI on the
+    failed rank only to abort the job, at once.  (Before, with MPI started
+    before the program, the abort had MPI at hand; once the runner left
+    starting MPI to the program, the job hung.)"""
+    job = launch_mpi(NRANKS, ["-m", "cxlmpi", "tests/scripts/failing_early.py"],
+                     timeout=FAIL_TIMEOUT)
+    assert not job.timed_out, job.describe()
+    assert job.returncode != 0 and job.seconds < PROMPT, job.describe()
+    assert "SURVIVED" not in job.stdout and "fails before it starts MPI" in job.stderr, \
+        job.describe()
+
+
 # Enough runs to catch a 1-in-10 loss most of the time on MPICH, where it was
 # seen (0.35 s a run); a few on Open MPI, where it was not (2 s a run).
 TRACEBACK_RUNS = 3 if os.environ.get("CXLMPI_TEST_OPENMPI") else 16

@@ -58,17 +58,22 @@ class _Record:
         return self.error
 
 
-def query(record: _Record) -> None:
-    """The end of a posted call that failed or staged a message, in MPI's
-    query of its request (the shim's C query function has filled the
-    status; a call that ran and staged nothing needs none of this)."""
-    exc = record.op.error()
-    if exc is None:
+def query(record: _Record, rc: int) -> None:
+    """The end of a posted call that failed (`rc`, the pool's code) or
+    staged a message, in MPI's query of its request (the shim's C query
+    function has filled the status; a call that ran and staged nothing
+    needs none of this)."""
+    if rc == 0:
         _shim.finish(record.plan)   # (staged messages back)
-    elif not record.raised:
-        # Inside MPI's completion: say what failed, close nothing (the
-        # communicator's next call does, see _shim settle_posted).
-        raise record.error or _error_of(record, exc)
+        return
+    if record.raised:
+        return
+    record.op.wait()   # (the worker completes the request, then ends the call)
+    exc = record.op.error()
+    # Inside MPI's completion: say what failed, close nothing (the
+    # communicator's next call does, see _shim settle_posted).
+    raise record.error or (_error_of(record, exc) if exc is not None else CXLMPIPoolError(
+        f"cxlmpi: a posted {record.op.what} failed (code {rc})"))
 
 
 def _error_of(record: _Record, exc: Any) -> Exception:

@@ -41,7 +41,7 @@ def stats() -> dict[str, dict[str, float]]:
     cxlmpi's own ``Wait``/``Test`` of their requests waited for the pool's
     worker (a request completed by ``MPI.Request.Waitall`` waits in MPI),
     ``zerocopy_calls`` the posted calls that ran zero-copy (counted as
-    their requests complete).
+    they end in the pool).
     The entry ``"coherence"`` counts ``flushed_lines``: cache lines flushed
     or invalidated for software coherence (CXLMPI_COHERENCE=sw or emulate, or a pool spanning hosts;
     0 in hw mode), and under CXLMPI_COHERENCE=emulate ``emulated``: the

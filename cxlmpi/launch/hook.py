@@ -14,40 +14,56 @@ COMM_WORLD and COMM_SELF as soon as MPI is started:
 
 cxlmpi's own modules import mpi4py.MPI as they load, and patching needs
 them whole: where the program imports cxlmpi before mpi4py.MPI, the patch
-waits until the last cxlmpi module being imported has loaded.
+waits until the last cxlmpi module this thread is importing has loaded.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
-__all__ = ["watch"]
+__all__ = ["watch", "mpi_module", "stop"]
 
 _MPI = "mpi4py.MPI"
 
 
 class _State:
-    loading = 0        # cxlmpi modules being imported now
-    pending = False    # MPI is started; patch when `loading` drops to 0
+    lock = threading.RLock()      # (one thread patches; the others wait for it)
+    threads = threading.local()   # .loading: the cxlmpi modules it imports now
+    pending = False    # MPI is started; patch when this thread imports none
     done = False
+    mpi: ModuleType | None = None   # (kept: a failed patch fails its import too)
     stock: dict[str, Callable[..., Any]] = {}   # MPI.Init/Init_thread, by name
     ours: dict[str, Callable[..., Any]] = {}    # what stands in for them
 
 
 def watch() -> None:
     """Patch COMM_WORLD and COMM_SELF once the program has started MPI."""
+    if any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        return   # (the runner run again: python -m cxlmpi -m cxlmpi ...)
     if sys.modules.get(_MPI) is not None:  # (something imported it already)
         _mpi_loaded(sys.modules[_MPI])
         return
     sys.meta_path.insert(0, _Finder())
 
 
+def mpi_module() -> ModuleType | None:
+    """mpi4py.MPI, once loaded (even where its import failed in the patch)."""
+    return sys.modules.get(_MPI) or _State.mpi
+
+
+def _loading() -> int:
+    return getattr(_State.threads, "loading", 0)
+
+
 def _mpi_loaded(mpi: ModuleType) -> None:
+    _State.mpi = mpi
     if mpi.Is_initialized() and not mpi.Is_finalized():
         _started()
         return
@@ -58,32 +74,39 @@ def _mpi_loaded(mpi: ModuleType) -> None:
 
 
 def _after(stock: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(stock)
     def init(*args: Any, **kwargs: Any) -> Any:
         result = stock(*args, **kwargs)
         _started()
         return result
 
-    init.__doc__ = stock.__doc__
     return init
 
 
 def _started() -> None:
     _State.pending = True
-    if _State.loading == 0:
+    if _loading() == 0:
         _patch()
 
 
 def _patch() -> None:
-    if _State.done:
-        return
-    _State.done = True
-    mpi = sys.modules[_MPI]
-    for name, stock in _State.stock.items():
-        if getattr(mpi, name) is _State.ours[name]:  # (not taken over by cxlmpi.startup)
-            setattr(mpi, name, stock)
-    from .entry import patch
+    with _State.lock:
+        if _State.done:
+            return
+        _State.done = True
+        stop()
+        from .entry import patch
 
-    patch()
+        patch()
+
+
+def stop() -> None:
+    """Patch nothing (any more): the stock MPI.Init and MPI.Init_thread back."""
+    _State.done = True
+    mpi = _State.mpi
+    for name, stock in _State.stock.items():
+        if mpi is not None and getattr(mpi, name) is _State.ours[name]:
+            setattr(mpi, name, stock)   # (not where cxlmpi.startup took it over)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -95,7 +118,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         if fullname != _MPI and not fullname.startswith("cxlmpi."):
             return None
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if isinstance(finder, _Finder) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
@@ -120,12 +143,13 @@ class _Loader(importlib.abc.Loader):
             self._loader.exec_module(module)
             _mpi_loaded(module)
             return
-        _State.loading += 1
+        threads = _State.threads
+        threads.loading = _loading() + 1
         try:
             self._loader.exec_module(module)
         finally:
-            _State.loading -= 1
-        if _State.loading == 0 and _State.pending:
+            threads.loading -= 1
+        if threads.loading == 0 and _State.pending:
             _patch()
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...

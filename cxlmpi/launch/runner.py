@@ -15,8 +15,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 __all__ = ["run"]
+
+_INIT_WAIT_S = 10.0   # a failed rank's MPI_Init, started only to abort the job
 
 
 def run(args: list[str]) -> None:
@@ -67,11 +70,36 @@ def _abort(code: int, exc: BaseException | None = None) -> None:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     _drain_output()
     try:
-        mpi = sys.modules.get("mpi4py.MPI")  # (not imported: MPI never started)
+        mpi = _started_mpi()
         if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
             mpi.COMM_WORLD.Abort(code)
     finally:
         os._exit(code)
+
+
+def _started_mpi() -> Any:
+    """mpi4py.MPI, started: a rank that failed before the program started
+    MPI starts it here (under a launcher of several ranks, its peers may
+    wait in MPI_Init for it: MPICH's do, for ever), patching nothing; if
+    MPI_Init itself waits too long, the rank exits without it."""
+    from .hook import mpi_module, stop
+
+    mpi = mpi_module()
+    if mpi is not None and (mpi.Is_initialized() or mpi.Is_finalized()):
+        return mpi
+    if int(os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1) < 2:
+        return None
+    import threading
+
+    stop()
+    watchdog = threading.Timer(_INIT_WAIT_S, os._exit, (1,))
+    watchdog.daemon = True
+    watchdog.start()
+    from mpi4py import MPI
+
+    if not MPI.Is_initialized():
+        MPI.Init()
+    return MPI
 
 
 def _drain_output(timeout_s: float = 2.0) -> None:

@@ -229,6 +229,11 @@ cdef class Op:
             free(self.c)
         # (else the worker still holds it: leaked, never written after free)
 
+    def admit(self):
+        """Raise where `submit` would: the pool closed, its worker not
+        startable.  (Its caller then starts what only the worker ends.)"""
+        self.pool._admit()
+
     def submit(self, uintptr_t complete=0, uintptr_t request=0, uintptr_t after=0):
         """Queue the call on its pool's worker; `complete(request, after,
         &rc, zerocopy)` (a C function's address, 0: none) is called once
@@ -357,10 +362,13 @@ cdef class Pool(_Collectives):
             return None
         return PoolFailure(w.broken_rc, w.broken_rank, "a nonblocking call")
 
-    cdef _submit(self, Op o):
+    cdef _admit(self):
         self._check()
         if self.worker == NULL:
             self._start()
+
+    cdef _submit(self, Op o):
+        self._admit()
         cdef cxl_worker *w = self.worker
         cdef cxl_op *c = o.c
         c.state = QUEUED

@@ -41,7 +41,7 @@ cdef extern from "Python.h":
 
 # Per collective: calls posted to the pool, passed to MPI, their bytes, the
 # seconds their Wait (CXLMPI's own request method) waited, and the posted
-# calls that ran zero-copy (counted as their requests complete).
+# calls that ran zero-copy (counted as they end in the pool).
 cdef double nb_pool[NCOLL]
 cdef double nb_pass[NCOLL]
 cdef double nb_bytes[NCOLL]
@@ -73,7 +73,6 @@ ctypedef struct nb_greq:
     PyObject *record     # the call's record (cxlmpi.communicator.requests), held
     intptr_t handle      # the MPI request
     int rc               # the call's outcome, set before MPI_Grequest_complete
-    int zc               # it ran zero-copy
     int which            # the collective
     int python           # its end needs Python: staged receive messages to copy back
 
@@ -93,7 +92,9 @@ cdef void nb_complete(uintptr_t request, uintptr_t order, int *rc, int zc) noexc
     if order and rc[0] == 0:
         if cxl_mpi_order(<cxl_h>order, order_timeout_s, &ierr) or ierr:
             rc[0] = -1   # (ERR_TIMEOUT of pyx/pool/layout.pxi)
-    g.rc, g.zc = rc[0], zc
+    g.rc = rc[0]
+    if rc[0] == 0 and zc:
+        cxl_count(&nb_zc[g.which])
     cdef intptr_t handle = g.handle   # (`g` may be freed once it is complete)
     cxl_mpi_complete(<Py_ssize_t>handle)
 
@@ -104,22 +105,19 @@ cdef int nb_query(void *extra, void *status) noexcept nogil:
     message (copied back into the user's)."""
     cdef nb_greq *g = <nb_greq *>extra
     cxl_mpi_status_empty(status)
-    if g.rc == 0:
-        if g.zc:
-            cxl_count(&nb_zc[g.which])
-        if not g.python:
-            return 0
+    if g.rc == 0 and not g.python:
+        return 0
     if not Py_IsInitialized():
         return nb_err_other
     with gil:
-        return nb_query_python(<object>g.record)
+        return nb_query_python(<object>g.record, g.rc)
 
 
-cdef int nb_query_python(object record) noexcept:
+cdef int nb_query_python(object record, int rc) noexcept:
     """The query's Python part (requests.query); an error is printed and
     returned as its MPI code, as mpi4py does in a callback of its own."""
     try:
-        _query_python(record)
+        _query_python(record, rc)
         return 0
     except BaseException as exc:
         import traceback
@@ -134,8 +132,7 @@ cdef int nb_free(void *extra) noexcept nogil:
     cdef nb_greq *g = <nb_greq *>extra
     if Py_IsInitialized():
         with gil:
-            record = <object>g.record
-            record.freed = True
+            (<object>g.record).freed = True
             Py_XDECREF(g.record)
     free(g)
     return 0
@@ -354,6 +351,7 @@ def start_call(Plan plan, record, request):
     if state.order is not None and state.order_at:
         order = <uintptr_t>cxl_mpi_read(<const void *><uintptr_t>state.order_at)
     cdef uintptr_t where = MPI._addressof(request)
+    op.admit()   # (may raise: before a request exists that only the worker completes)
     cdef nb_greq *g = <nb_greq *>calloc(1, sizeof(nb_greq))
     if g == NULL:
         raise MemoryError()
@@ -365,16 +363,12 @@ def start_call(Plan plan, record, request):
         raise MPI.Exception(rc)
     Py_XINCREF(<PyObject *>record)
     g.record = <PyObject *>record
+    # (admitted, the GIL held since: the worker takes it)
+    op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
     if cxl_mpi_int:
         (<int *>where)[0] = <int>g.handle
     else:
         (<intptr_t *>where)[0] = g.handle
-    try:
-        op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
-    except BaseException:
-        g.rc = -1            # (never posted: it ends as failed; the caller raises)
-        cxl_mpi_complete(<Py_ssize_t>g.handle)
-        raise
     live(record)
 
 
