@@ -13,7 +13,7 @@ import re
 
 import pytest
 from cxlmpi._shim import POSTED_TO_POOL, POSTED_UNDER_TUNING_POOL
-from harness import run_mpi
+from harness import launch_mpi, run_mpi
 
 SCRIPT = "tests/scripts/nonblocking.py"
 FORMS = "tests/scripts/posted_forms.py"
@@ -269,3 +269,17 @@ def test_a_posted_calls_status_is_a_stock_generalized_requests(nranks: int) -> N
     for rank in json.loads(line[len("STATUS "):]):
         assert rank["failures"] == [], rank
         assert rank["pool"] == {"iallreduce": 8, "ibcast": 4}, rank
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_posted_calls_completed_by_mpi_back_to_back_never_deadlock(nranks: int) -> None:
+    """3,000 posted calls, each completed by MPI.Request.Waitall, stock's
+    values every one.  MPI may free such a request inside the worker's
+    MPI_Grequest_complete, whose free function takes the GIL; the next post
+    started its request holding the GIL, and waited for MPI's lock the
+    worker held: 3 of 5 such jobs hung (a CPU-bound process beside them)."""
+    job = launch_mpi(nranks, ["tests/scripts/posted_waitall_race.py", "3000"],
+                     env={**POOL, "CXLMPI_TIMEOUT": "20"}, timeout=120)
+    assert not job.timed_out and job.returncode == 0, job.describe()
+    [line] = [x for x in job.stdout.splitlines() if x.startswith("RACE ")]
+    assert json.loads(line[len("RACE "):]) == [{"wrong": 0, "pool": 3000}] * nranks, line

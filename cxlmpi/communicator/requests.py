@@ -66,14 +66,11 @@ def query(record: _Record, rc: int) -> None:
     if rc == 0:
         _shim.finish(record.plan)   # (staged messages back)
         return
-    if record.raised:
-        return
-    record.op.wait()   # (the worker completes the request, then ends the call)
-    exc = record.op.error()
-    # Inside MPI's completion: say what failed, close nothing (the
-    # communicator's next call does, see _shim settle_posted).
-    raise record.error or (_error_of(record, exc) if exc is not None else CXLMPIPoolError(
-        f"cxlmpi: a posted {record.op.what} failed (code {rc})"))
+    if not record.raised:
+        # Inside MPI's completion (where the worker may not have ended the
+        # call yet: never wait for it here): say what failed, close nothing
+        # (the communicator's next call does, see _shim settle_posted).
+        raise record.error or _error_of(record, record.op.error(rc))
 
 
 def _error_of(record: _Record, exc: Any) -> Exception:

@@ -264,12 +264,15 @@ cdef class Op:
     def zerocopy(self):
         return self.c.zc != 0
 
-    def error(self):
-        """None when the call ran, else the PoolFailure that ended it."""
-        if not self.done or self.c.rc == OK:
-            return None
-        return PoolFailure(self.c.rc, self.c.failed_rank, self.what, self.c.still_s,
-                           self.c.lease_s)
+    def error(self, int rc=OK):
+        """None when the call ran, else the PoolFailure that ended it.
+        `rc`: the code its completion function was given, where the call
+        may not count as ended yet (its other figures are set before)."""
+        if rc == OK:
+            if not self.done or self.c.rc == OK:
+                return None
+            rc = self.c.rc
+        return PoolFailure(rc, self.c.failed_rank, self.what, self.c.still_s, self.c.lease_s)
 
 
 cdef class Pool(_Collectives):

@@ -356,8 +356,10 @@ def start_call(Plan plan, record, request):
     if g == NULL:
         raise MemoryError()
     g.which, g.python = plan.which, len(plan.drains) > 0
-    cdef int rc = cxl_mpi_greq_start(<void *>nb_query, <void *>nb_free, <void *>nb_cancel,
-                                     g, &g.handle)
+    cdef int rc
+    with nogil:   # (never call MPI holding the GIL: MPI may call nb_free, which takes it)
+        rc = cxl_mpi_greq_start(<void *>nb_query, <void *>nb_free, <void *>nb_cancel,
+                                g, &g.handle)
     if rc:
         free(g)
         raise MPI.Exception(rc)
