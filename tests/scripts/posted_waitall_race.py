@@ -25,7 +25,7 @@ want = np.empty_like(a)
 plain.Allreduce(a, want)
 b = np.empty_like(a)
 wrong = 0
-for i in range(ITERATIONS):
+for _ in range(ITERATIONS):
     b[:] = 0
     MPI.Request.Waitall([comm.Iallreduce(a, b)])
     wrong += not np.array_equal(b, want)
