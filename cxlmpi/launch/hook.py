@@ -93,7 +93,6 @@ def _patch() -> None:
     with _State.lock:
         if _State.done:
             return
-        _State.done = True
         stop()
         from .entry import patch
 

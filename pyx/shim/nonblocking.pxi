@@ -365,8 +365,15 @@ def start_call(Plan plan, record, request):
         raise MPI.Exception(rc)
     Py_XINCREF(<PyObject *>record)
     g.record = <PyObject *>record
-    # (admitted, the GIL held since: the worker takes it)
-    op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
+    try:
+        op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
+    except BaseException:
+        # (admitted, but the GIL was let go for MPI: another thread closed
+        # the pool.  The request, which no one holds, ends as failed.)
+        g.rc = -1
+        with nogil:
+            cxl_mpi_complete(<Py_ssize_t>g.handle)
+        raise
     if cxl_mpi_int:
         (<int *>where)[0] = <int>g.handle
     else:
