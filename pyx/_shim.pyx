@@ -39,6 +39,8 @@ as the pool's algorithms are (pyx/pool/)::
     shim/nonblocking.pxi  the nonblocking (Iallreduce, ...) and persistent
                         (Allreduce_init, ...) forms: planned alike on every
                         rank, posted to the pool's worker thread
+    shim/requests.pxi   their requests: generalized requests started with C
+                        callbacks, and the compiled Wait, Test and Start
 
 and at the end the class CommBase, which binds the methods.
 
@@ -137,6 +139,7 @@ include "shim/routes.pxi"
 include "shim/direct.pxi"
 include "shim/run.pxi"
 include "shim/nonblocking.pxi"
+include "shim/requests.pxi"
 include "shim/bcast.pxi"
 include "shim/reduce.pxi"
 include "shim/gather.pxi"

@@ -8,7 +8,8 @@ that mix it with point-to-point and stock requests.  The shim starts it
 with C callbacks (`query` here only where the call failed or staged a
 message); the worker completes it (``MPI_Grequest_complete``) once the
 call has run.  `PoolRequest` adds
-what MPI cannot know: its ``Wait`` sleeps until the worker has run the call
+what MPI cannot know (its methods that every call runs are compiled, in
+pyx/shim/requests.pxi): its ``Wait`` sleeps until the worker has run the call
 (instead of spinning in MPI's progress loop, which would take the core the
 worker needs) and raises cxlmpi's own error when the call failed in the
 pool; where MPI completes the request (``Waitall``), a failure surfaces as
@@ -19,13 +20,12 @@ A persistent collective (``comm.Allreduce_init(a, b)``) is planned once:
 generalized request's handle, so ``Wait``/``Test``/``Waitall`` see an MPI
 request while it is active and ``MPI_REQUEST_NULL`` (inactive) after.
 Lists start with ``MPI.Prequest.Startall`` as with stock requests (see
-`_route_stock_startall`), stock persistent requests in the same list too.
+`_route`), stock persistent requests in the same list too.
 """
 
 from __future__ import annotations
 
 import ctypes
-import time
 from typing import Any
 
 from mpi4py import MPI
@@ -36,29 +36,7 @@ from ..errors import CXLMPIMismatchError, CXLMPIPoolError, CXLMPITimeoutError
 __all__ = ["PoolRequest", "PersistentRequest"]
 
 
-class _Record:
-    """One posted call: its communicator, plan (which holds the messages'
-    buffers) and Op; kept by the shim until the call has ended."""
-
-    __slots__ = ("comm", "plan", "op", "error", "raised", "freed")
-
-    def __init__(self, comm: MPI.Intracomm, plan: Any) -> None:
-        self.comm, self.plan, self.op = comm, plan, None   # (op: set as it is posted)
-        self.error: Exception | None = None
-        self.raised = False   # cxlmpi's Wait raised the error itself
-        self.freed = False    # the program completed its request (MPI freed it)
-
-    def failure(self) -> Exception | None:
-        """The error the user sees when the call failed in the pool, made
-        once (it closes the communicator's pool, as a blocking call's)."""
-        if self.error is None:
-            exc = self.op.error()
-            if exc is not None:
-                self.error = _shim.posted_failed(self.comm, exc)
-        return self.error
-
-
-def query(record: _Record, rc: int) -> None:
+def query(record: Any, rc: int) -> None:
     """The end of a posted call that failed (`rc`, the pool's code) or
     staged a message, in MPI's query of its request (the shim's C query
     function has filled the status; a call that ran and staged nothing
@@ -73,7 +51,7 @@ def query(record: _Record, rc: int) -> None:
         raise record.error or _error_of(record, record.op.error(rc))
 
 
-def _error_of(record: _Record, exc: Any) -> Exception:
+def _error_of(record: Any, exc: Any) -> Exception:
     """The error of a failed call, without the side effects of closing its
     pool (which `failure` has)."""
     comm = record.comm
@@ -148,61 +126,18 @@ def _arm_finalize() -> None:
         atexit.register(_end_in_flight, 1)
 
 
-def _post(comm: MPI.Intracomm, plan: Any, request: MPI.Request) -> _Record:
-    """Post `plan`'s call; `request` (inactive) takes its generalized
-    request, which the shim starts with C callbacks (MPI frees it, and lets
-    the record go, once the program has completed it)."""
-    if _finalize_keyval is None:
-        _arm_finalize()
-    record = _Record(comm, plan)
-    _shim.start_call(plan, record, request)
-    return record
-
-
-def _raise_failure(record: _Record, wait: Any, request: MPI.Request) -> None:
-    """Raise cxlmpi's error of a call that failed in the pool, once MPI has
-    completed its request (`wait(request)`, which then raises nothing)."""
-    error = record.failure()
-    if error is None:
-        return
-    record.raised = True
-    wait(request)
-    raise error
-
-
 class _WaitsForTheWorker:
-    """Wait/wait/Test of a request whose call the pool's worker runs:
-    sleep until it has run (instead of spinning in MPI's progress loop),
-    raise cxlmpi's error if it failed, then let MPI complete the request
-    (`_mpi`: the MPI request class whose methods do that)."""
+    """Wait/wait/Test of a request whose call the pool's worker runs
+    (compiled: pyx/shim/requests.pxi): sleep until it has run (instead of
+    spinning in MPI's progress loop), raise cxlmpi's error if it failed,
+    then let MPI complete the request (`_mpi`: the MPI request class whose
+    methods do that)."""
 
     __slots__ = ()
     _mpi: Any = MPI.Request
-
-    def _ran(self) -> None:
-        record = getattr(self, "_record", None)
-        if record is None:
-            return
-        t0 = time.perf_counter()
-        record.op.wait()
-        _shim.nb_wait_seconds(record.plan.which, time.perf_counter() - t0)
-        self._record = None
-        _raise_failure(record, self._mpi.Wait, self)
-
-    def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
-        self._ran()
-        return self._mpi.Wait(self, status)
-
-    def wait(self, status: MPI.Status | None = None) -> Any:
-        self._ran()
-        return self._mpi.wait(self, status)
-
-    def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
-        record = getattr(self, "_record", None)
-        if record is not None and not record.op.done:
-            return False
-        self._ran()
-        return self._mpi.Test(self, status)
+    Wait = _shim.request_Wait
+    wait = _shim.request_wait
+    Test = _shim.request_Test
 
 
 class PoolRequest(_WaitsForTheWorker, MPI.Grequest):
@@ -214,16 +149,9 @@ class PoolRequest(_WaitsForTheWorker, MPI.Grequest):
     def Free(self) -> None:  # noqa: N802
         # MPI: freeing a collective's request is erroneous; here the call
         # ends first (its worker writes into the buffers until then).
-        self._ran()
+        _shim.request_ran(self)
         if self != MPI.REQUEST_NULL:
             MPI.Grequest.Free(self)
-
-
-def start(comm: MPI.Intracomm, plan: Any) -> PoolRequest:
-    """The request of a nonblocking collective that the pool takes."""
-    request = PoolRequest()
-    request._record = _post(comm, plan, request)
-    return request
 
 
 class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
@@ -232,17 +160,7 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
     __slots__ = ("_comm", "_plan", "_record", "_freed")
     _mpi = MPI.Prequest
 
-    def Start(self) -> None:  # noqa: N802
-        if self._freed or self != MPI.REQUEST_NULL:
-            raise MPI.Exception(MPI.ERR_REQUEST)   # (freed, or still active)
-        if self._record is not None:
-            self._record.op.wait()   # (completed by MPI: its worker is ending it)
-        state = _shim.states.get(self._comm.handle)
-        if state is not None and state is self._plan.state and state.error is not None:
-            raise state.error   # (an earlier call failed: the pool is closed)
-        if state is None or state is not self._plan.state or state.pool is None:
-            raise MPI.Exception(MPI.ERR_COMM)   # (its communicator was freed)
-        self._record = _post(self._comm, self._plan, self)
+    Start = _shim.persistent_Start
 
     @staticmethod
     def Startall(requests: list[MPI.Prequest]) -> None:  # noqa: N802
@@ -264,7 +182,7 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
         if self._record is not None and not self._record.op.done \
                 and self != MPI.REQUEST_NULL:
             raise MPI.Exception(MPI.ERR_REQUEST)   # (still active)
-        self._ran()
+        _shim.request_ran(self)
         if self != MPI.REQUEST_NULL:   # (completed, not yet waited for)
             MPI.Prequest.Wait(self)
         self._freed = True
@@ -275,10 +193,18 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
 # written for mpi4py starts lists with ``MPI.Prequest.Startall``: once the
 # pool has made a persistent request, that classmethod hands lists holding
 # one to `PersistentRequest.Startall`, and the others to MPI as before.
-# mpi4py's types are immutable; the classmethod is swapped in the type's own
+# Likewise ``MPI.Request.Waitall`` (and ``waitall``), once the pool has
+# taken a posted call: the calls of the list's pool requests end first, in
+# cxlmpi's way (the thread sleeps, or runs a call the worker has not
+# started) -- MPI's own wait may spin without yielding the core (Open
+# MPI's does) to the worker that must end them -- then MPI completes the
+# list, failures included, as before.
+# mpi4py's types are immutable; a classmethod is swapped in the type's own
 # dict (CPython's, reached through the mappingproxy), which keeps every
-# other property of MPI.Prequest, its identity included.
+# other property of the type, its identity included.
 _STOCK_STARTALL = MPI.Prequest.Startall
+_STOCK_WAITALL = MPI.Request.Waitall
+_STOCK_WAITALL_OBJ = MPI.Request.waitall
 
 
 def _startall(cls: type, requests: list[MPI.Prequest]) -> None:
@@ -288,23 +214,44 @@ def _startall(cls: type, requests: list[MPI.Prequest]) -> None:
         _STOCK_STARTALL(requests)
 
 
-def _route_stock_startall() -> None:
-    namespace = MPI.Prequest.__dict__
-    if namespace["Startall"].__func__ is _startall:
+def _waitall(cls: type, requests: list[MPI.Request],
+             statuses: list[MPI.Status] | None = None) -> bool:
+    _shim.requests_end(requests)
+    return _STOCK_WAITALL(requests, statuses)
+
+
+def _waitall_obj(cls: type, requests: list[MPI.Request],
+                 statuses: list[MPI.Status] | None = None) -> list[Any]:
+    _shim.requests_end(requests)
+    return _STOCK_WAITALL_OBJ(requests, statuses)
+
+
+def _route(cls: type, name: str, method: Any) -> None:
+    """Make `method` the classmethod `name` of mpi4py's type `cls`."""
+    namespace = cls.__dict__
+    if namespace[name].__func__ is method:
         return
     import gc
 
     (members,) = [d for d in gc.get_referents(namespace) if isinstance(d, dict)]
-    members["Startall"] = classmethod(_startall)
-    ctypes.pythonapi.PyType_Modified(ctypes.py_object(MPI.Prequest))
+    members[name] = classmethod(method)
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))
+
+
+def _arm() -> None:
+    """(the first posted call) End the calls in flight before MPI finalizes;
+    end a list's pool calls before MPI waits for it."""
+    _arm_finalize()
+    _route(MPI.Request, "Waitall", _waitall)
+    _route(MPI.Request, "waitall", _waitall_obj)
 
 
 def persistent(comm: MPI.Intracomm, plan: Any) -> PersistentRequest:
     """The request of a persistent collective that the pool takes."""
-    _route_stock_startall()
+    _route(MPI.Prequest, "Startall", _startall)
     request = PersistentRequest()
     request._comm, request._plan, request._record, request._freed = comm, plan, None, False
     return request
 
 
-_shim.bind_requests(start, persistent, query)
+_shim.bind_requests(PoolRequest, PersistentRequest, persistent, query, _arm)

@@ -23,22 +23,6 @@
 # (part of cxlmpi._shim: included by pyx/_shim.pyx)
 
 
-cdef extern from "cxl_mpi.h" nogil:
-    int cxl_mpi_resolve_greq(const char *module)
-    int cxl_mpi_resolve_greq_start(const char *module, const int *at, const int *any,
-                                   intptr_t byte)
-    int cxl_mpi_greq_start(void *query, void *free_fn, void *cancel, void *extra,
-                           intptr_t *request)
-    void cxl_mpi_status_empty(void *status)
-    void cxl_count(uint64_t *counter)
-    int cxl_mpi_int
-    void cxl_mpi_complete(Py_ssize_t request)
-    int cxl_mpi_order(cxl_h c, double timeout_s, int *ierr)
-
-cdef extern from "Python.h":
-    int Py_IsInitialized() nogil
-
-
 # Per collective: calls posted to the pool, passed to MPI, their bytes, the
 # seconds their Wait (CXLMPI's own request method) waited, and the posted
 # calls that ran zero-copy (counted as they end in the pool).
@@ -48,12 +32,10 @@ cdef double nb_bytes[NCOLL]
 cdef double nb_waited[NCOLL]
 cdef uint64_t nb_zc[NCOLL]    # (counted without the GIL: atomically)
 
-# Posted calls whose end this process has not seen yet: the records of
-# cxlmpi.communicator.requests (each holds its messages' buffers).
-cdef list _live = []
-cdef object _start_request = None    # requests.start(comm, plan): the request
-cdef object _persistent = None       # requests.persistent(comm, plan): the request
-cdef object _query_python = None     # requests.query(record): a failed or staged call's end
+# cxlmpi.communicator.requests' PoolRequest (the class of a posted call's
+# request), persistent(comm, plan) (a persistent call's request)
+cdef object _request_class = None
+cdef object _persistent = None
 # CXLMPI_NONBLOCKING, MPI_THREAD_MULTIPLE, and MPI_Grequest_complete found
 cdef bint nb_on = False
 cdef Py_ssize_t nb_floor = 0     # CXLMPI_NONBLOCKING_THRESHOLD
@@ -63,120 +45,6 @@ cdef Py_ssize_t nb_floor = 0     # CXLMPI_NONBLOCKING_THRESHOLD
 # ranks: results/2026-12-06-vm-2ranks-posted, -rooted), while the blocking
 # forms' own selection keeps MPI where MPI wins.
 cdef bint nb_every = False
-
-
-# A posted call's generalized request, started here with C callbacks: its
-# MPI_Wait (MPI_Test, MPI_Waitall, ...) costs no Python where the call ran
-# and staged no message, the usual case (mpi4py's MPI.Grequest.Start calls
-# three Python functions per request: 1.1 us a call here).
-ctypedef struct nb_greq:
-    PyObject *record     # the call's record (cxlmpi.communicator.requests), held
-    intptr_t handle      # the MPI request
-    int rc               # the call's outcome, set before MPI_Grequest_complete
-    int which            # the collective
-    int python           # its end needs Python: staged receive messages to copy back
-
-cdef int nb_err_request = 0   # MPI_ERR_REQUEST, MPI_ERR_OTHER (this MPI's codes)
-cdef int nb_err_other = 0
-
-
-cdef void nb_complete(uintptr_t request, uintptr_t order, int *rc, int zc) noexcept nogil:
-    """The worker's completion of a posted call that ran (`*rc`: OK, or
-    the pool's error code; `request`: its nb_greq): the MPI barrier that
-    ends a pool collective (CXLMPI_ORDERING; `order`: the private
-    communicator, 0: none) -- late or failed, the call fails as a timeout
-    (the peer that did not come raised, or stands still), as a blocking
-    call's `order` does -- then MPI_Grequest_complete."""
-    cdef int ierr = 0
-    cdef nb_greq *g = <nb_greq *>request
-    if order and rc[0] == 0:
-        if cxl_mpi_order(<cxl_h>order, order_timeout_s, &ierr) or ierr:
-            rc[0] = -1   # (ERR_TIMEOUT of pyx/pool/layout.pxi)
-    g.rc = rc[0]
-    if rc[0] == 0 and zc:
-        cxl_count(&nb_zc[g.which])
-    cdef intptr_t handle = g.handle   # (`g` may be freed once it is complete)
-    cxl_mpi_complete(<Py_ssize_t>handle)
-
-
-cdef int nb_query(void *extra, void *status) noexcept nogil:
-    """MPI's query of a posted call's request, once complete: an empty
-    status; Python only where the call failed (its error) or staged a
-    message (copied back into the user's)."""
-    cdef nb_greq *g = <nb_greq *>extra
-    cxl_mpi_status_empty(status)
-    if g.rc == 0 and not g.python:
-        return 0
-    if not Py_IsInitialized():
-        return nb_err_other
-    with gil:
-        return nb_query_python(<object>g.record, g.rc)
-
-
-cdef int nb_query_python(object record, int rc) noexcept:
-    """The query's Python part (requests.query); an error is printed and
-    returned as its MPI code, as mpi4py does in a callback of its own."""
-    try:
-        _query_python(record, rc)
-        return 0
-    except BaseException as exc:
-        import traceback
-
-        traceback.print_exception(type(exc), exc, exc.__traceback__)
-        return exc.Get_error_code() if isinstance(exc, MPI.Exception) else nb_err_other
-
-
-cdef int nb_free(void *extra) noexcept nogil:
-    """MPI frees a posted call's request: its record is let go (the program
-    has completed the request)."""
-    cdef nb_greq *g = <nb_greq *>extra
-    if Py_IsInitialized():
-        with gil:
-            (<object>g.record).freed = True
-            Py_XDECREF(g.record)
-    free(g)
-    return 0
-
-
-cdef int nb_cancel(void *extra, int complete) noexcept nogil:
-    # MPI: cancelling a nonblocking collective's request is erroneous;
-    # stock MPICH fails it, as does this.
-    return nb_err_request
-
-
-cdef bint greq_setup(bytes path) except -1:
-    """Find MPI's generalized requests and where MPI_Status keeps its
-    source, tag and error (through mpi4py's setters: unique marks); False
-    where something is missing (the posted calls then go to MPI)."""
-    global nb_err_request, nb_err_other
-    if not cxl_mpi_resolve_greq(path):
-        return False
-    import ctypes
-
-    status = MPI.Status()
-    marks = (0x5A3C1E0F, 0x4B2D1F0E, 0x3C1E0F7D)
-    status.Set_source(marks[0])
-    status.Set_tag(marks[1])
-    status.Set_error(marks[2])
-    raw = ctypes.string_at(MPI._addressof(status), MPI._sizeof(MPI.Status))
-    cdef int at[3]
-    cdef int any_[2]
-    for i, mark in enumerate(marks):
-        word = mark.to_bytes(4, sys.byteorder)
-        where = raw.find(word)
-        if where < 0 or where % 4 or raw.find(word, where + 1) >= 0:
-            return False
-        at[i] = where
-    any_[0], any_[1] = MPI.ANY_SOURCE, MPI.ANY_TAG
-    nb_err_request, nb_err_other = MPI.ERR_REQUEST, MPI.ERR_OTHER
-    return cxl_mpi_resolve_greq_start(path, at, any_, <intptr_t>MPI.BYTE.handle)
-
-
-def bind_requests(start, persistent, query):
-    """Install cxlmpi.communicator.requests' request makers, and the Python
-    end of a failed or staged call."""
-    global _start_request, _persistent, _query_python
-    _start_request, _persistent, _query_python = start, persistent, query
 
 
 def configure_nonblocking(bint on, Py_ssize_t threshold, bint everything=False):
@@ -333,113 +201,6 @@ cdef Plan refused_here(object comm, int which, Py_ssize_t nbytes, object why,
         take_refusal()   # (taken by planned where it refused)
 
 
-def start_call(Plan plan, record, request):
-    """Post `plan`'s call (a Pool.post_<family> Op, counted as posted) for
-    `record` (its record: comm, plan; the Op is set here), start its
-    generalized request with C callbacks into `request` (an inactive
-    mpi4py request: its handle is written where mpi4py keeps it), and hand
-    the call to its pool's worker, which completes the request once the
-    call has run -- after the MPI barrier on the state's private
-    communicator that ends a pool collective under CXLMPI_ORDERING."""
-    for m in plan.fills:
-        fill(m)
-    op = record.op = plan.post(*plan.args, flags=plan.flags)
-    nb_pool[plan.which] += 1
-    nb_bytes[plan.which] += plan.nbytes
-    state = plan.state
-    cdef uintptr_t order = 0
-    if state.order is not None and state.order_at:
-        order = <uintptr_t>cxl_mpi_read(<const void *><uintptr_t>state.order_at)
-    cdef uintptr_t where = MPI._addressof(request)
-    op.admit()   # (may raise: before a request exists that only the worker completes)
-    cdef nb_greq *g = <nb_greq *>calloc(1, sizeof(nb_greq))
-    if g == NULL:
-        raise MemoryError()
-    g.which, g.python = plan.which, len(plan.drains) > 0
-    cdef int rc
-    with nogil:   # (never call MPI holding the GIL: MPI may call nb_free, which takes it)
-        rc = cxl_mpi_greq_start(<void *>nb_query, <void *>nb_free, <void *>nb_cancel,
-                                g, &g.handle)
-    if rc:
-        free(g)
-        raise MPI.Exception(rc)
-    Py_XINCREF(<PyObject *>record)
-    g.record = <PyObject *>record
-    try:
-        op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
-    except BaseException:
-        # (admitted, but the GIL was let go for MPI: another thread closed
-        # the pool.  The request, which no one holds, ends as failed.)
-        g.rc = -1
-        with nogil:
-            cxl_mpi_complete(<Py_ssize_t>g.handle)
-        raise
-    if cxl_mpi_int:
-        (<int *>where)[0] = <int>g.handle
-    else:
-        (<intptr_t *>where)[0] = g.handle
-    live(record)
-
-
-def finish(Plan plan):
-    """After a posted call ran (its request's query, in the thread that
-    completes it): copy staged receive messages back into the user's."""
-    for m in plan.drains:
-        drain(m)
-
-
-cdef int settle_posted(object comm) except -1:
-    """Before a call runs anything on `comm`'s pool in this thread: let its
-    worker end the calls posted before, and forget the records of every
-    ended call."""
-    global _live
-    state = _states.get(comm.handle)
-    if state is not None:
-        pool = state.pool
-        if type(pool) is Pool:
-            if pool.posted:
-                pool.drain()
-            exc = pool.failure()
-            if exc is not None:   # (a posted call broke the pool: closed first)
-                raise run_failed(comm, exc)
-    _live = [r for r in _live if not r.op.done]
-    return 0
-
-
-def finish_posted():
-    """MPI_Finalize has begun: let every pool's worker end the calls posted
-    to it (they still progress MPI and complete their requests); returns
-    how many the program had not completed (Wait, Test: MPI freed their
-    request) -- not how many the worker had not ended yet, which depends
-    on timing."""
-    global _live
-    pending = sum(1 for r in _live if not r.freed)
-    for state in list(_states.values()):
-        pool = state.pool
-        if type(pool) is Pool and pool.posted:
-            pool.drain()
-    _live = []
-    return pending
-
-
-def posted_failed(comm, exc):
-    """The error the user sees for a posted call that failed in the pool."""
-    return run_failed(comm, exc)
-
-
-cdef live(record):
-    """Keep `record` (its messages) until its call has ended (forgotten at
-    the next blocking call, or here once many are kept)."""
-    global _live
-    if len(_live) >= 64:
-        _live = [r for r in _live if not r.op.done]
-    _live.append(record)
-
-
-def nb_wait_seconds(int which, double seconds):
-    nb_waited[which] += seconds
-
-
 def nonblocking_rows():
     """{name: (posted to the pool, passed to MPI, bytes posted, seconds
     waited, 0 (no posted call learns), posted calls that ran zero-copy)}
@@ -470,7 +231,11 @@ cdef object nb_request(object comm, Plan plan, int which, object stock, tuple ar
     if plan is None:
         nb_pass[which] += 1
         return stock(comm, *args)
-    return _persistent(comm, plan) if persistent else _start_request(comm, plan)
+    if persistent:
+        return _persistent(comm, plan)
+    request = _request_class()
+    request._record = post(comm, plan, request)
+    return request
 
 
 # The stock methods, which every form not planned for the pool calls.

@@ -6,7 +6,8 @@ values).  Each pool request -- Iallreduce (no Python at its end), Ibcast of
 a derived datatype (staged: its end copies back through Python),
 Allreduce_init -- is completed by Wait(status), Test(status), Waitall with
 statuses (beside stock point-to-point requests, whose statuses must be
-stock's) and Get_status, into statuses filled with marks first, and
+stock's), mpi4py's waitall (beside stock object requests, whose messages
+must be stock's) and Get_status, into statuses filled with marks first, and
 compared with a stock generalized request completed the same way.  Every
 result is checked against stock's on the same data.  Run under
 CXLMPI_TUNING=pool (the pool takes every one).  Rank 0 prints
@@ -59,6 +60,14 @@ def complete(request: MPI.Request, how: str) -> MPI.Status:
         while not request.Get_status(status):
             pass
         request.Wait()
+    elif how == "waitall":   # (mpi4py's: each request's message, or None)
+        stock = [plain.irecv(source=(rank - 1) % size, tag=6),
+                 plain.isend({"from": rank}, dest=(rank + 1) % size, tag=6)]
+        statuses = [marked() for _ in range(3)]
+        got = MPI.Request.waitall([stock[0], request, stock[1]], statuses)
+        if got != [{"from": (rank - 1) % size}, None, None]:
+            failures.append(f"waitall: {got}, not stock's messages")
+        status = statuses[1]
     else:
         box, note = np.array([rank], "i"), np.empty(1, "i")
         stock = [plain.Irecv(note, source=(rank - 1) % size, tag=5),
@@ -90,7 +99,7 @@ def same(label: str, got: np.ndarray, want: np.ndarray) -> None:
         failures.append(f"{label}: result differs from stock's")
 
 
-HOWS = ("Wait", "Test", "Waitall", "get_status")
+HOWS = ("Wait", "Test", "Waitall", "waitall", "get_status")
 a = np.random.default_rng([11, rank]).standard_normal(N)
 want = np.empty_like(a)
 plain.Allreduce(a, want)
