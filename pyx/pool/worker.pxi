@@ -7,7 +7,17 @@
 # blocking call, in another thread.  It sleeps on a condition variable (a
 # futex) while nothing is posted, and inside a call it waits as a blocking
 # call does (spin, then sleep on the awaited peer's word), so an idle
-# worker costs its rank's core nothing.  When a call ends, the worker
+# worker costs its rank's core nothing.  It starts as SCHED_BATCH: woken,
+# it does not preempt the thread that posted; it runs at once on a spare
+# core where there is one, else as soon as its rank's thread sleeps (in
+# Wait, a blocking call) -- and a Wait that comes first runs the call
+# itself, in line, with no switch to the worker and back (a posted call
+# waited for at once costs about what the blocking call does).  Where the
+# rank's thread keeps the core instead -- it computes, or spins inside MPI
+# (Open MPI's Waitall does, MPICH's yields) -- the worker would run only
+# when the scheduler's time slice ends, milliseconds later: the first call
+# it finds queued that long turns it into an ordinary thread, which
+# preempts the rank's thread as soon as it is woken.  When a call ends, the worker
 # calls the completion function it was given (MPI_Grequest_complete on the
 # call's generalized request: cxlmpi._shim).  A caller that waits for a
 # call the worker has not taken yet runs it itself (`claim_or_wait`).
@@ -44,6 +54,17 @@ cdef extern from "<signal.h>" nogil:
     int pthread_sigmask(int how, const sigset_t *s, sigset_t *old)
     int SIG_SETMASK
 
+cdef extern from "<sched.h>" nogil:
+    struct sched_param:
+        int sched_priority
+    int sched_setscheduler(int pid, int policy, const sched_param *param)
+    int sched_getscheduler(int pid)
+    int SCHED_BATCH, SCHED_OTHER
+
+# A worker that finds a call queued longer than this (seconds) was kept off
+# the core by its rank's thread (see worker_main).
+cdef double STARVED_S = 0.001
+
 
 # The families a worker runs (the run_<family> entries).
 cdef enum:
@@ -73,6 +94,7 @@ cdef struct cxl_op:
     cxl_complete_fn complete      # called with (request, after, &rc, zc) once the call ran
     uintptr_t request, after
     int state                     # QUEUED, RUNNING, DONE (under the worker's lock)
+    double queued_s               # when it was submitted (monotonic)
     int rc, failed_rank, zc
     double still_s, lease_s
     cxl_op *next
@@ -89,6 +111,7 @@ cdef struct cxl_worker:
     int stopping
     int broken_rc                 # a call failed where the ranks are out of step (else OK)
     int broken_rank
+    int batch                     # the thread runs as SCHED_BATCH (see worker_main)
 
 
 cdef int largest_block(state_t *st, cxl_op *o) noexcept nogil:
@@ -193,6 +216,12 @@ cdef void *worker_main(void *arg) noexcept nogil:
     closes the pool next)."""
     cdef cxl_worker *w = <cxl_worker *>arg
     cdef cxl_op *o
+    cdef sched_param policy
+    policy.sched_priority = 0
+    # (only from the ordinary policy: a job run under a real-time one, or
+    # as SCHED_IDLE, keeps what it chose)
+    w.batch = sched_getscheduler(0) == SCHED_OTHER \
+        and sched_setscheduler(0, SCHED_BATCH, &policy) == 0
     pthread_mutex_lock(&w.mu)
     while True:
         o = w.head
@@ -201,6 +230,13 @@ cdef void *worker_main(void *arg) noexcept nogil:
         if o == NULL or o.state != QUEUED:
             pthread_cond_wait(&w.work, &w.mu)
             continue
+        if w.batch and cxl_now_s() - o.queued_s > STARVED_S:
+            # (a call queued this long, which its rank's thread did not
+            # run itself: that thread computes, or spins inside MPI --
+            # Open MPI's Waitall does, for ever, on a request only this
+            # thread completes.  From now on the worker preempts it.)
+            sched_setscheduler(0, SCHED_OTHER, &policy)
+            w.batch = 0
         o.state = RUNNING
         pthread_mutex_unlock(&w.mu)
         run_posted(w, o)    # (takes the lock back)
@@ -376,6 +412,7 @@ cdef class Pool(_Collectives):
         cdef cxl_op *c = o.c
         c.state = QUEUED
         c.next = NULL
+        c.queued_s = cxl_now_s()
         # (the GIL held throughout: no other thread can stop the worker and
         # free `w` between the unlock and the wake-up.  The wake-up after
         # the unlock: a worker woken while the lock is still held may run
