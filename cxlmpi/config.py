@@ -301,16 +301,21 @@ VARIABLES: tuple[Variable, ...] = (
              "requests. It needs MPI started with `MPI_THREAD_MULTIPLE` (mpi4py's "
              "default); elsewhere, or with `0`, they all go to MPI.",
              agreed=True),
-    Variable("CXLMPI_NONBLOCKING_THRESHOLD", parse_size, "256K",
+    Variable("CXLMPI_NONBLOCKING_THRESHOLD", parse_size, "64K",
              "Smallest nonblocking or persistent collective (bytes, all blocks together) "
              "that goes through the pool; smaller ones go to MPI (but under "
              "`CXLMPI_TUNING=pool` `Igatherv`, `Iscatterv` and `Ialltoallv`, whose sizes "
              "only some ranks know: any size; `Ibarrier` and `Barrier_init` always go to "
              "MPI). A posted call pays a "
-             "generalized request (and, where the worker runs it, a hand-over to the "
-             "worker thread and back), which smaller calls do not earn back (measured "
+             "generalized request, which smaller calls do not earn back (measured "
              "with `python -m cxlmpi.bench --overlap`; the figures are on the "
              "*Performance* page).",
+             agreed=True),
+    Variable("CXLMPI_OBJECTS_THRESHOLD", parse_size, "256K",
+             "Under `CXLMPI_OBJECTS=1`, the smallest pickle of a nonblocking object "
+             "collective (`comm.ibcast`, ...) that goes through the node heap; smaller "
+             "ones go through MPI point-to-point, which was as fast or faster below it "
+             "(`tools/bench_objects.py`).",
              agreed=True),
     Variable("CXLMPI_STATS", _parse_bool, "0",
              "Print a table of calls, bytes and time per collective at exit. The object "
@@ -433,6 +438,7 @@ class Config:
     ordering: bool
     nonblocking: bool
     nonblocking_threshold: int
+    objects_threshold: int
     stats: bool
     disable: bool
 

@@ -2,7 +2,7 @@
 heap (`objects_progress` moves the rest through MPI point-to-point).
 
 Under CXLMPI_OBJECTS=1 a sender whose frame is too large for a header
-message and at least CXLMPI_NONBLOCKING_THRESHOLD and CXLMPI_THRESHOLD
+message and at least CXLMPI_OBJECTS_THRESHOLD and CXLMPI_THRESHOLD
 bytes (on a pool spanning hosts, CXLMPI_HOSTS_THRESHOLD alone: MPI would
 cross the network) builds it in its own arena of the node heap -- the
 memory every rank of the communicator's pool maps, where pool-resident
@@ -125,14 +125,14 @@ def frame_in(heap: Pool | None, payload: _Payload, eager_nbytes: int) -> Any:
     """`payload`'s frame: in the node heap where CXLMPI_OBJECTS is on and it
     is too large for a header message (`eager_nbytes`) and at least the
     thresholds, else a private `_Block` (objects._Payload.frame).  (Below
-    CXLMPI_NONBLOCKING_THRESHOLD the heap saved nothing over MPI in
+    CXLMPI_OBJECTS_THRESHOLD the heap saved nothing over MPI in
     tools/bench_objects.py: 2 ranks, one 2-core VM.)"""
     nbytes = payload.frame_nbytes
     cfg = config.get()
     if heap is None or not cfg.objects or cfg.disable or nbytes <= eager_nbytes:
         return payload.frame()
     floor = (cfg.floor(True) if heap.hosts > 1
-             else max(cfg.floor(False), cfg.nonblocking_threshold))
+             else max(cfg.floor(False), cfg.objects_threshold))
     if nbytes < floor:
         return payload.frame()
     try:

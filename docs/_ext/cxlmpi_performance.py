@@ -368,7 +368,7 @@ def objects_part() -> list[str]:
                   "of the rounds, the slowest rank): stock mpi4py's blocking call (it has no "
                   "nonblocking one), cxlmpi's call with its large pickles through the node "
                   "heap, and the same call through MPI point-to-point (below "
-                  "`CXLMPI_NONBLOCKING_THRESHOLD`, 256 KiB, both of cxlmpi's go through "
+                  "`CXLMPI_OBJECTS_THRESHOLD`, 256 KiB, both of cxlmpi's go through "
                   "MPI: their difference is the noise).", "",
                   "| call | size | stock (µs) | heap (µs) | MPI (µs) | stock / heap | "
                   "MPI / heap |", "|---|---:|---:|---:|---:|---:|---:|"]
