@@ -203,8 +203,6 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
 # dict (CPython's, reached through the mappingproxy), which keeps every
 # other property of the type, its identity included.
 _STOCK_STARTALL = MPI.Prequest.Startall
-_STOCK_WAITALL = MPI.Request.Waitall
-_STOCK_WAITALL_OBJ = MPI.Request.waitall
 
 
 def _startall(cls: type, requests: list[MPI.Prequest]) -> None:
@@ -212,18 +210,6 @@ def _startall(cls: type, requests: list[MPI.Prequest]) -> None:
         PersistentRequest.Startall(requests)
     else:
         _STOCK_STARTALL(requests)
-
-
-def _waitall(cls: type, requests: list[MPI.Request],
-             statuses: list[MPI.Status] | None = None) -> bool:
-    _shim.requests_end(requests)
-    return _STOCK_WAITALL(requests, statuses)
-
-
-def _waitall_obj(cls: type, requests: list[MPI.Request],
-                 statuses: list[MPI.Status] | None = None) -> list[Any]:
-    _shim.requests_end(requests)
-    return _STOCK_WAITALL_OBJ(requests, statuses)
 
 
 def _route(cls: type, name: str, method: Any) -> None:
@@ -242,8 +228,8 @@ def _arm() -> None:
     """(the first posted call) End the calls in flight before MPI finalizes;
     end a list's pool calls before MPI waits for it."""
     _arm_finalize()
-    _route(MPI.Request, "Waitall", _waitall)
-    _route(MPI.Request, "waitall", _waitall_obj)
+    _route(MPI.Request, "Waitall", _shim.routed_Waitall)   # (compiled: every list pays it)
+    _route(MPI.Request, "waitall", _shim.routed_waitall)
 
 
 def persistent(comm: MPI.Intracomm, plan: Any) -> PersistentRequest:

@@ -38,8 +38,9 @@ def stats() -> dict[str, dict[str, float]]:
     ``pool_calls`` counts the calls posted to the pool (nonblocking ones and
     each Start of a persistent one), ``passthrough_calls`` those that went
     to MPI (a persistent one once, at its ``*_init``), ``seconds`` the time
-    cxlmpi's own ``Wait``/``Test`` of their requests waited for the pool's
-    worker (a request completed by ``MPI.Request.Waitall`` waits in MPI),
+    cxlmpi's own ``Wait``/``Test`` of their requests, or
+    ``MPI.Request.Waitall`` on a list holding them, waited for the pool's
+    worker (``Waitany``, ``Waitsome`` and ``Testall`` wait in MPI),
     ``zerocopy_calls`` the posted calls that ran zero-copy (counted as
     they end in the pool).
     The entry ``"coherence"`` counts ``flushed_lines``: cache lines flushed

@@ -164,7 +164,11 @@ cdef Posted post(object comm, Plan plan, object request):
     global _arm
     if _arm is not None:
         arm, _arm = _arm, None
-        arm()
+        try:
+            arm()
+        except BaseException:
+            _arm = arm   # (tried again at the next post)
+            raise
     cdef Posted record = Posted.__new__(Posted)
     record.comm, record.plan = comm, plan
     start_call(plan, record, request)
@@ -335,22 +339,43 @@ def persistent_Start(self):
     self._record = post(comm, plan, self)
 
 
-def requests_end(requests):
-    """(MPI.Request.Waitall, routed by cxlmpi.communicator.requests) Let
-    the calls of the list's pool requests end -- sleep until the worker
-    has run each, or run it here -- before MPI waits for the list (MPI
-    completes their requests, failures included, as before)."""
+cdef object _stock_waitall = MPI.Request.Waitall   # (mpi4py's, before any routing)
+cdef object _stock_waitall_obj = MPI.Request.waitall
+
+
+cdef int requests_end(object requests) except -1:
+    """Let the calls of the list's pool requests end -- sleep until the
+    worker has run each, or run it here -- before MPI waits for the list
+    (MPI completes their requests, failures included, as before)."""
     cdef double t0
     cdef Posted r
     for request in requests:
         if type(request) is not _request_class and type(request) is not _persistent_class:
             continue
-        record = request._record
+        record = getattr(request, "_record", None)   # (none: a copy, PoolRequest(r))
         if record is not None:
             r = <Posted>record
             t0 = now()
             r.op.wait()
             nb_waited[r.plan.which] += now() - t0
+    return 0
+
+
+# MPI.Request.Waitall and waitall, once the pool has taken a posted call
+# (cxlmpi.communicator.requests routes them): MPI's own wait may spin
+# without yielding the core (Open MPI's does) to the worker that must end
+# the list's pool calls.
+
+def routed_Waitall(cls, requests, statuses=None):
+    """Wait for every request of the list (MPI_Waitall)."""
+    requests_end(requests)
+    return _stock_waitall(requests, statuses)
+
+
+def routed_waitall(cls, requests, statuses=None):
+    """Wait for every request of the list (mpi4py's waitall: their messages)."""
+    requests_end(requests)
+    return _stock_waitall_obj(requests, statuses)
 
 
 def bind_requests(request_class, persistent_class, persistent, query, arm):

@@ -110,6 +110,17 @@ for how in HOWS:
     check("Iallreduce", how, complete(comm.Iallreduce(a, got), how))
     same(f"Iallreduce {how}", got, want)
 
+# A copy of the request (mpi4py's Request(other): the handle alone),
+# completed by MPI.Request.Waitall as stock completes one
+got = np.empty_like(a)
+request = comm.Iallreduce(a, got)
+try:
+    MPI.Request.Waitall([type(request)(request)])
+except Exception as exc:   # (cxlmpi's routed Waitall took it for its own)
+    failures.append(f"Waitall of a copy: {exc!r}")
+    request.Wait()
+same("Iallreduce Waitall of a copy", got, want)
+
 # Ibcast of a strided datatype: staged, its end copies back through Python
 every_other = MPI.DOUBLE.Create_vector(N // 2, 1, 2).Commit()
 b_want = a.copy() if rank == 0 else np.zeros_like(a)
