@@ -7,17 +7,19 @@
 # blocking call, in another thread.  It sleeps on a condition variable (a
 # futex) while nothing is posted, and inside a call it waits as a blocking
 # call does (spin, then sleep on the awaited peer's word), so an idle
-# worker costs its rank's core nothing.  It starts as SCHED_BATCH: woken,
-# it does not preempt the thread that posted; it runs at once on a spare
-# core where there is one, else as soon as its rank's thread sleeps (in
-# Wait, a blocking call) -- and a Wait that comes first runs the call
-# itself, in line, with no switch to the worker and back (a posted call
-# waited for at once costs about what the blocking call does).  Where the
-# rank's thread keeps the core instead -- it computes, or spins inside MPI
-# (Open MPI's Waitall does, MPICH's yields) -- the worker would run only
-# when the scheduler's time slice ends, milliseconds later: the first call
-# it finds queued that long turns it into an ordinary thread, which
-# preempts the rank's thread as soon as it is woken.  When a call ends, the worker
+# worker costs its rank's core nothing.  It sleeps as SCHED_BATCH: woken
+# by a post, it does not preempt the thread that posted; it runs at once
+# on a spare core where there is one, else as soon as its rank's thread
+# sleeps (in Wait, a blocking call) -- and a Wait that comes first runs
+# the call itself, in line, with no switch to the worker and back (a
+# posted call waited for at once costs about what the blocking call
+# does).  It runs each call as an ordinary thread (SCHED_OTHER: woken by a
+# peer inside the call, it preempts).  Where the rank's thread keeps the
+# core instead -- it computes, or spins inside MPI (Open MPI's waits do,
+# MPICH's yield) -- a batch worker would run only when the scheduler's
+# time slice ends, milliseconds later: the first call it finds waiting at
+# the head of the queue that long keeps it an ordinary thread for good.
+# When a call ends, the worker
 # calls the completion function it was given (MPI_Grequest_complete on the
 # call's generalized request: cxlmpi._shim).  A caller that waits for a
 # call the worker has not taken yet runs it itself (`claim_or_wait`).
@@ -61,8 +63,8 @@ cdef extern from "<sched.h>" nogil:
     int sched_getscheduler(int pid)
     int SCHED_BATCH, SCHED_OTHER
 
-# A worker that finds a call queued longer than this (seconds) was kept off
-# the core by its rank's thread (see worker_main).
+# A worker that finds a call at the head of its queue for longer than this
+# (seconds) was kept off the core by its rank's thread (see worker_main).
 cdef double STARVED_S = 0.001
 
 
@@ -111,7 +113,9 @@ cdef struct cxl_worker:
     int stopping
     int broken_rc                 # a call failed where the ranks are out of step (else OK)
     int broken_rank
+    double head_s                 # when the head call became the head (monotonic)
     int batch                     # the thread runs as SCHED_BATCH (see worker_main)
+    int eager                     # ... and never will again
 
 
 cdef int largest_block(state_t *st, cxl_op *o) noexcept nogil:
@@ -184,6 +188,7 @@ cdef void run_posted(cxl_worker *w, cxl_op *o) noexcept nogil:
     if rc != OK and rc != ERR_MISMATCH and rc != ERR_CLOSED and w.broken_rc == OK:
         w.broken_rc, w.broken_rank = rc, o.failed_rank
     w.head = o.next
+    w.head_s = cxl_now_s()
     if w.head == NULL:
         w.tail = NULL
     o.state = DONE          # (the op may be freed from here on)
@@ -222,21 +227,26 @@ cdef void *worker_main(void *arg) noexcept nogil:
     # as SCHED_IDLE, keeps what it chose)
     w.batch = sched_getscheduler(0) == SCHED_OTHER \
         and sched_setscheduler(0, SCHED_BATCH, &policy) == 0
+    w.eager = not w.batch
     pthread_mutex_lock(&w.mu)
     while True:
         o = w.head
         if o == NULL and w.stopping:
             break
         if o == NULL or o.state != QUEUED:
+            if not w.batch and not w.eager:   # (idle: the next post must not preempt)
+                w.batch = sched_setscheduler(0, SCHED_BATCH, &policy) == 0
             pthread_cond_wait(&w.work, &w.mu)
             continue
-        if w.batch and cxl_now_s() - o.queued_s > STARVED_S:
-            # (a call queued this long, which its rank's thread did not
-            # run itself: that thread computes, or spins inside MPI --
-            # Open MPI's Waitall does, for ever, on a request only this
-            # thread completes.  From now on the worker preempts it.)
-            sched_setscheduler(0, SCHED_OTHER, &policy)
-            w.batch = 0
+        if not w.eager and cxl_now_s() - w.head_s > STARVED_S:
+            # (the call waited this long at the head of the queue, and its
+            # rank's thread did not run it: that thread computes, or spins
+            # inside MPI -- Open MPI's Waitany does, for ever, on a request
+            # only this thread completes.  From now on the worker preempts
+            # it as soon as it is woken.)
+            w.eager = 1
+        if w.batch and sched_setscheduler(0, SCHED_OTHER, &policy) == 0:
+            w.batch = 0   # (running a call: woken by a peer, it preempts)
         o.state = RUNNING
         pthread_mutex_unlock(&w.mu)
         run_posted(w, o)    # (takes the lock back)
@@ -420,6 +430,7 @@ cdef class Pool(_Collectives):
         pthread_mutex_lock(&w.mu)
         if w.tail == NULL:
             w.head = c
+            w.head_s = c.queued_s
         else:
             w.tail.next = c
         w.tail = c
