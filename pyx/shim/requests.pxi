@@ -207,19 +207,21 @@ cdef start_call(Plan plan, Posted record, object request):
         raise MPI.Exception(rc)
     Py_XINCREF(<PyObject *>record)
     g.record = <PyObject *>record
-    try:
-        op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
-    except BaseException:
-        # (admitted, but the GIL was let go for MPI: another thread closed
-        # the pool.  The request, which no one holds, ends as failed.)
-        g.rc = -1
-        with nogil:
-            cxl_mpi_complete(<Py_ssize_t>g.handle)
-        raise
     if cxl_mpi_int:
         (<int *>where)[0] = <int>g.handle
     else:
         (<intptr_t *>where)[0] = g.handle
+    try:
+        op.submit(<uintptr_t>&nb_complete, <uintptr_t>g, order)
+    except BaseException:
+        # (admitted, but the GIL was let go for MPI: another thread closed
+        # the pool.  The request, which the program never gets, ends as
+        # failed, and MPI frees it: nb_free lets the record go.)
+        g.rc = -1
+        with nogil:
+            cxl_mpi_complete(<Py_ssize_t>g.handle)
+        MPI.Request.Free(request)
+        raise
     live(record)
 
 
