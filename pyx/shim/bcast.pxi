@@ -95,7 +95,7 @@ def Ibarrier(self):
 def Ibcast(self, buf, int root=0):
     """Nonblocking Broadcast."""
     enter_posting(self)
-    plan = nb_plan_bcast(self, buf, root)
+    plan = None if posted_small(buf, BCAST) else nb_plan_bcast(self, buf, root)
     return nb_request(self, plan, BCAST, _I.Ibcast, (buf, root), False)
 
 

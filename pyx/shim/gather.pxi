@@ -256,7 +256,8 @@ def Iallgather(self, sendbuf, recvbuf):
     """Nonblocking Gather to All."""
     sendbuf = placed(sendbuf)
     enter_posting(self)
-    plan = nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
+    plan = None if posted_small(recvbuf, ALLGATHER) else \
+        nb_plan_move(self, ALLGATHER, sendbuf, recvbuf)
     return nb_request(self, plan, ALLGATHER, _I.Iallgather, (sendbuf, recvbuf), False)
 
 

@@ -70,6 +70,16 @@ cdef class Plan:
     cdef readonly Py_ssize_t nbytes
 
 
+cdef inline bint posted_small(object obj, int which) except -1:
+    """A bare numpy array `obj` (its bytes are the call's, all blocks
+    together) below the smallest posted call the pool takes: MPI, decided
+    before any parsing from what every rank holds alike, as `planned`
+    would decide after it -- a small posted call costs the pass-through's
+    price (parsing its messages cost ~0.5 us a call)."""
+    return nb_on and not disabled and bare_array(obj) \
+        and <Py_ssize_t>obj.nbytes < max(lo[which], nb_floor)
+
+
 cdef object posted_state(object comm, int which):
     """`state_of` for a plan: None where the communicator has no pool state
     yet (setting one up waits for the peers)."""

@@ -189,7 +189,8 @@ def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking Reduce to all."""
     sendbuf = placed(sendbuf)
     enter_posting(self)
-    plan = nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
+    plan = None if posted_small(recvbuf, ALLREDUCE) else \
+        nb_plan_reduce(self, ALLREDUCE, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, ALLREDUCE, _I.Iallreduce, (sendbuf, recvbuf, op), False)
 
 
@@ -197,7 +198,8 @@ def Iscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking inclusive Scan."""
     sendbuf = placed(sendbuf)
     enter_posting(self)
-    plan = nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
+    plan = None if posted_small(recvbuf, SCAN) else \
+        nb_plan_reduce(self, SCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, SCAN, _I.Iscan, (sendbuf, recvbuf, op), False)
 
 
@@ -205,7 +207,8 @@ def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking exclusive Scan."""
     sendbuf = placed(sendbuf)
     enter_posting(self)
-    plan = nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
+    plan = None if posted_small(recvbuf, EXSCAN) else \
+        nb_plan_reduce(self, EXSCAN, sendbuf, recvbuf, op, -1)
     return nb_request(self, plan, EXSCAN, _I.Iexscan, (sendbuf, recvbuf, op), False)
 
 

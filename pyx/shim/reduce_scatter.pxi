@@ -208,7 +208,8 @@ def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
     """Nonblocking Reduce-Scatter Block."""
     sendbuf = placed(sendbuf)
     enter_posting(self)
-    plan = nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
+    plan = None if posted_small(sendbuf, REDUCE_SCATTER_BLOCK) else \
+        nb_plan_reduce_scatter_block(self, sendbuf, recvbuf, op)
     return nb_request(self, plan, REDUCE_SCATTER_BLOCK,
                       _I.Ireduce_scatter_block, (sendbuf, recvbuf, op), False)
 
