@@ -154,6 +154,21 @@ def test_a_programs_mpi4py_rc_applies_under_the_runner(settings: list[str]) -> N
         assert got == {**want, "wrapped": True}, (got, want)
 
 
+@pytest.mark.parametrize("runners", [1, 2])
+def test_another_threads_cxlmpi_import_does_not_hold_the_patch_back(runners: int) -> None:
+    """A helper thread blocks inside the import of a cxlmpi module while the
+    main thread imports mpi4py.MPI: COMM_WORLD is cxlmpi's right after that
+    import (the patch waits only for the importing thread's own cxlmpi
+    imports; a count shared by the threads deferred it), and an allreduce
+    on it gives stock's sum.  `runners` 2: ``python -m cxlmpi -m cxlmpi``,
+    whose two finders called each other for ever."""
+    script = "tests/scripts/runner_threads.py"
+    job = launch_mpi(NRANKS, ["-m", "cxlmpi"] * runners + [script], timeout=FAIL_TIMEOUT)
+    assert job.returncode == 0, job.describe()
+    got = tagged_json(job.stdout, "THREADS")
+    assert got == [{"patched": True, "sum": sum(range(NRANKS))}] * NRANKS, job.describe()
+
+
 def test_run_cmd_can_pickle_its_own_classes() -> None:
     code = ("import sys\n"
             "from mpi4py import MPI\n"
