@@ -7,7 +7,7 @@ a derived datatype (staged: its end copies back through Python),
 Allreduce_init -- is completed by Wait(status), Test(status), Waitall with
 statuses (beside stock point-to-point requests, whose statuses must be
 stock's), mpi4py's waitall (beside stock object requests, whose messages
-must be stock's) and Get_status, into statuses filled with marks first, and
+must be stock's), Testall with statuses and Get_status, into statuses filled with marks first, and
 compared with a stock generalized request completed the same way.  Every
 result is checked against stock's on the same data.  Run under
 CXLMPI_TUNING=pool (the pool takes every one).  Rank 0 prints
@@ -60,6 +60,17 @@ def complete(request: MPI.Request, how: str) -> MPI.Status:
         while not request.Get_status(status):
             pass
         request.Wait()
+    elif how == "Testall":   # (beside a stock receive and send, as Waitall)
+        box, note = np.array([rank], "i"), np.empty(1, "i")
+        stock = [plain.Irecv(note, source=(rank - 1) % size, tag=7),
+                 plain.Isend(box, dest=(rank + 1) % size, tag=7)]
+        statuses = [marked() for _ in range(3)]
+        while not MPI.Request.Testall([stock[0], request, stock[1]], statuses):
+            pass
+        got = fields(statuses[0])
+        if got != [(rank - 1) % size, 7, MPI.SUCCESS, 4, 4, False]:
+            failures.append(f"Testall: the stock receive's status is {got}")
+        status = statuses[1]
     elif how == "waitall":   # (mpi4py's: each request's message, or None)
         stock = [plain.irecv(source=(rank - 1) % size, tag=6),
                  plain.isend({"from": rank}, dest=(rank + 1) % size, tag=6)]
@@ -99,7 +110,7 @@ def same(label: str, got: np.ndarray, want: np.ndarray) -> None:
         failures.append(f"{label}: result differs from stock's")
 
 
-HOWS = ("Wait", "Test", "Waitall", "waitall", "get_status")
+HOWS = ("Wait", "Test", "Waitall", "waitall", "Testall", "get_status")
 a = np.random.default_rng([11, rank]).standard_normal(N)
 want = np.empty_like(a)
 plain.Allreduce(a, want)
