@@ -198,8 +198,9 @@ class PersistentRequest(_WaitsForTheWorker, MPI.Prequest):
 # cxlmpi's way (the thread sleeps, or runs a call the worker has not
 # started) -- MPI's own wait may spin without yielding the core (Open
 # MPI's does) to the worker that must end them -- then MPI completes the
-# list, failures included, as before; and the Test list functions offer
-# the core to the worker first where a call of the list has not ended.
+# list, failures included, as before; the Test list functions offer the
+# core to the worker first where a call of the list has not ended, and
+# Waitany/Waitsome test and offer it in turn while one runs.
 # mpi4py's types are immutable; a classmethod is swapped in the type's own
 # dict (CPython's, reached through the mappingproxy), which keeps every
 # other property of the type, its identity included.
@@ -229,8 +230,9 @@ def _arm() -> None:
     """(the first posted call) End the calls in flight before MPI finalizes;
     end a list's pool calls before MPI waits for it."""
     _arm_finalize()
-    for name in ("Waitall", "waitall", "Testall", "testall", "Testany", "testany",
-                 "Testsome", "testsome"):   # (compiled: every list pays them)
+    for name in ("Waitall", "waitall", "Waitany", "waitany", "Waitsome", "waitsome",
+                 "Testall", "testall", "Testany", "testany", "Testsome", "testsome"):
+        # (compiled: every list pays them)
         _route(MPI.Request, name, getattr(_shim, f"routed_{name}"))
 
 

@@ -7,7 +7,8 @@ a derived datatype (staged: its end copies back through Python),
 Allreduce_init -- is completed by Wait(status), Test(status), Waitall with
 statuses (beside stock point-to-point requests, whose statuses must be
 stock's), mpi4py's waitall (beside stock object requests, whose messages
-must be stock's), Testall with statuses and Get_status, into statuses filled with marks first, and
+must be stock's), Testall with statuses, Waitany and mpi4py's waitsome one
+request at a time beside stock ones, and Get_status, into statuses filled with marks first, and
 compared with a stock generalized request completed the same way.  Every
 result is checked against stock's on the same data.  Run under
 CXLMPI_TUNING=pool (the pool takes every one).  Rank 0 prints
@@ -71,6 +72,25 @@ def complete(request: MPI.Request, how: str) -> MPI.Status:
         if got != [(rank - 1) % size, 7, MPI.SUCCESS, 4, 4, False]:
             failures.append(f"Testall: the stock receive's status is {got}")
         status = statuses[1]
+    elif how in ("Waitany", "waitsome"):   # (one by one, beside stock requests)
+        stock = [plain.irecv(source=(rank - 1) % size, tag=8),
+                 plain.isend({"from": rank}, dest=(rank + 1) % size, tag=8)]
+        requests = [stock[0], request, stock[1]]
+        found: dict[int, tuple] = {}
+        while len(found) < 3:
+            if how == "Waitany":
+                status = marked()
+                index = MPI.Request.Waitany(requests, status)
+                found[index] = (status, None)
+            else:
+                statuses = [marked() for _ in range(3)]
+                indices, messages = MPI.Request.waitsome(requests, statuses)
+                for k, index in enumerate(indices):
+                    found[index] = (statuses[k], messages[k])
+        if how == "waitsome" and [found[i][1] for i in range(3)] \
+                != [{"from": (rank - 1) % size}, None, None]:
+            failures.append(f"waitsome: {found}, not stock's messages")
+        status = found[1][0]
     elif how == "waitall":   # (mpi4py's: each request's message, or None)
         stock = [plain.irecv(source=(rank - 1) % size, tag=6),
                  plain.isend({"from": rank}, dest=(rank + 1) % size, tag=6)]
@@ -110,7 +130,7 @@ def same(label: str, got: np.ndarray, want: np.ndarray) -> None:
         failures.append(f"{label}: result differs from stock's")
 
 
-HOWS = ("Wait", "Test", "Waitall", "waitall", "Testall", "get_status")
+HOWS = ("Wait", "Test", "Waitall", "waitall", "Testall", "Waitany", "waitsome", "get_status")
 a = np.random.default_rng([11, rank]).standard_normal(N)
 want = np.empty_like(a)
 plain.Allreduce(a, want)
