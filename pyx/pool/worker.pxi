@@ -96,7 +96,6 @@ cdef struct cxl_op:
     cxl_complete_fn complete      # called with (request, after, &rc, zc) once the call ran
     uintptr_t request, after
     int state                     # QUEUED, RUNNING, DONE (under the worker's lock)
-    double queued_s               # when it was submitted (monotonic)
     int rc, failed_rank, zc
     double still_s, lease_s
     cxl_op *next
@@ -422,7 +421,6 @@ cdef class Pool(_Collectives):
         cdef cxl_op *c = o.c
         c.state = QUEUED
         c.next = NULL
-        c.queued_s = cxl_now_s()
         # (the GIL held throughout: no other thread can stop the worker and
         # free `w` between the unlock and the wake-up.  The wake-up after
         # the unlock: a worker woken while the lock is still held may run
@@ -430,7 +428,7 @@ cdef class Pool(_Collectives):
         pthread_mutex_lock(&w.mu)
         if w.tail == NULL:
             w.head = c
-            w.head_s = c.queued_s
+            w.head_s = cxl_now_s()
         else:
             w.tail.next = c
         w.tail = c

@@ -282,18 +282,31 @@ cdef live(record):
 # call runs (bound there: `Wait = _shim.request_Wait`); `_mpi`, the class's
 # MPI request class (MPI.Grequest, MPI.Prequest), completes the request.
 
-cdef int ran(object request, object mpi) except -1:
-    """Sleep until the worker has run `request`'s call (instead of spinning
-    in MPI's progress loop: the worker may need this core), or run it here
-    where the worker has not taken it yet; raise cxlmpi's error where it
-    failed in the pool, once MPI has completed the request."""
-    record = getattr(request, "_record", None)
-    if record is None:
-        return 0
-    cdef Posted r = <Posted>record
+cdef Posted record_of(object request):
+    """The record of a list's request, where it is cxlmpi's and has one (a
+    copy, PoolRequest(r), has none)."""
+    if type(request) is not _request_class and type(request) is not _persistent_class:
+        return None
+    return getattr(request, "_record", None)
+
+
+cdef int end_call(Posted r) except -1:
+    """Sleep until the worker has run the call (instead of spinning in
+    MPI's progress loop: the worker may need this core), or run it here
+    where the worker has not taken it yet; counted as waited."""
     cdef double t0 = now()
     r.op.wait()
     nb_waited[r.plan.which] += now() - t0
+    return 0
+
+
+cdef int ran(object request, object mpi) except -1:
+    """End `request`'s call (`end_call`); raise cxlmpi's error where it
+    failed in the pool, once MPI has completed the request."""
+    cdef Posted r = getattr(request, "_record", None)   # (its own method: no type check)
+    if r is None:
+        return 0
+    end_call(r)
     request._record = None
     error = r.failure()
     if error is not None:
@@ -322,8 +335,8 @@ def request_Test(self, status=None):
     to the worker that runs it (a loop of Tests would keep it from a worker
     that shares the core: 3-5x stock's time per call, before)."""
     mpi = type(self)._mpi
-    record = getattr(self, "_record", None)
-    if record is not None and not (<Posted>record).op.done:
+    cdef Posted r = getattr(self, "_record", None)
+    if r is not None and not r.op.done:
         with nogil:
             sched_yield()
         return False
@@ -366,27 +379,20 @@ cdef int requests_end(object requests) except -1:
     """Let the calls of the list's pool requests end -- sleep until the
     worker has run each, or run it here -- before MPI waits for the list
     (MPI completes their requests, failures included, as before)."""
-    cdef double t0
     cdef Posted r
     for request in requests:
-        if type(request) is not _request_class and type(request) is not _persistent_class:
-            continue
-        record = getattr(request, "_record", None)   # (none: a copy, PoolRequest(r))
-        if record is not None:
-            r = <Posted>record
-            t0 = now()
-            r.op.wait()
-            nb_waited[r.plan.which] += now() - t0
+        r = record_of(request)
+        if r is not None:
+            end_call(r)
     return 0
 
 
 cdef bint running(object requests) except -1:
     """Whether the list holds a pool call that has not ended."""
+    cdef Posted r
     for request in requests:
-        if type(request) is not _request_class and type(request) is not _persistent_class:
-            continue
-        record = getattr(request, "_record", None)
-        if record is not None and not (<Posted>record).op.done:
+        r = record_of(request)
+        if r is not None and not r.op.done:
             return True
     return False
 
