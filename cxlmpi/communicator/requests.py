@@ -76,7 +76,6 @@ def _error_of(record: Any, exc: Any) -> Exception:
 # neither saw) MPICH aborted 1-4 % of such jobs at 3 ranks, a mutex of its
 # own busy as it destroyed it.
 _STOCK_FINALIZE = MPI.Finalize
-_finalize_keyval: int | None = None
 
 
 def _end_in_flight(stacklevel: int) -> None:
@@ -109,16 +108,13 @@ def _finalize() -> None:
 def _at_finalize(comm: MPI.Comm, keyval: int, attr: Any) -> None:
     """MPI_Finalize has begun (MPI is still usable), which neither
     `_finalize` nor the atexit handler saw."""
-    global _finalize_keyval
-    _finalize_keyval = None
     _end_in_flight(1)
 
 
 def _arm_finalize() -> None:
     """(the first posted call) End the calls in flight before MPI finalizes."""
-    global _finalize_keyval
-    _finalize_keyval = MPI.Comm.Create_keyval(delete_fn=_at_finalize)
-    MPI.Comm.Set_attr(MPI.COMM_SELF, _finalize_keyval, True)
+    keyval = MPI.Comm.Create_keyval(delete_fn=_at_finalize)
+    MPI.Comm.Set_attr(MPI.COMM_SELF, keyval, True)
     if MPI.Finalize is _STOCK_FINALIZE:
         MPI.Finalize = _finalize
         import atexit
