@@ -263,6 +263,7 @@ cdef class Op:
     cdef readonly str what
     cdef object keep
     cdef bint submitted
+    cdef cxl_op made              # the call as post_<family> made it (`rearm`)
 
     def __cinit__(self):
         self.c = <cxl_op *>calloc(1, sizeof(cxl_op))
@@ -284,11 +285,23 @@ cdef class Op:
         &rc, zerocopy)` (a C function's address, 0: none) is called once
         it ran, before the call counts as ended."""
         if self.submitted:
-            raise ValueError("a posted collective is submitted once")
+            raise ValueError("a posted collective is submitted once (rearm it first)")
+        self.made = self.c[0]
         self.c.complete = <cxl_complete_fn>complete
         self.c.request, self.c.after = request, after
         self.pool._submit(self)
         self.submitted = True
+
+    def rearm(self):
+        """Make the call, once it has ended, ready to be submitted again as
+        post_<family> made it (a persistent collective's next Start: its
+        plan, and the buffers `keep` holds, are the same); False where it
+        has not ended."""
+        if not self.done:
+            return False
+        self.c[0] = self.made   # (what running it changed: its outcome, a header step's maximum)
+        self.submitted = False
+        return True
 
     @property
     def done(self):

@@ -68,6 +68,9 @@ cdef class Plan:
     cdef readonly int which, flags       # flags: the variant of the path (V_*)
     cdef tuple fills, drains             # staged messages: copied in at post, out at the end
     cdef readonly Py_ssize_t nbytes
+    cdef bint persistent                 # started many times: its Op is made once
+    cdef object op                       # ... (the last Start's, rearmed at the next)
+    cdef Py_ssize_t starts               # how many times it was posted
 
 
 cdef inline bint posted_small(object obj, int which) except -1:
@@ -242,6 +245,7 @@ cdef object nb_request(object comm, Plan plan, int which, object stock, tuple ar
         nb_pass[which] += 1
         return stock(comm, *args)
     if persistent:
+        plan.persistent = True
         return _persistent(comm, plan)
     request = _request_class()
     request._record = post(comm, plan, request)

@@ -150,6 +150,7 @@ cdef class Posted:
     cdef public object error      # its error, made once (`failure`)
     cdef public bint raised       # cxlmpi's Wait raised the error itself
     cdef public bint freed        # the program completed its request: MPI freed it
+    cdef Py_ssize_t start         # which Start of its plan (a persistent call's: see `over`)
 
     def failure(self):
         """The error the user sees where the call failed in the pool, made
@@ -188,7 +189,14 @@ cdef start_call(Plan plan, Posted record, object request):
     communicator that ends a pool collective under CXLMPI_ORDERING."""
     for m in plan.fills:
         fill(m)
-    op = record.op = plan.post(*plan.args, flags=plan.flags)
+    op = plan.op
+    if op is None or not op.rearm():   # (a persistent call's Op is made once)
+        op = plan.post(*plan.args, flags=plan.flags)
+        if plan.persistent:
+            plan.op = op
+    record.op = op
+    plan.starts += 1
+    record.start = plan.starts
     nb_pool[plan.which] += 1
     nb_bytes[plan.which] += plan.nbytes
     state = plan.state
@@ -249,7 +257,7 @@ cdef int settle_posted(object comm) except -1:
             exc = pool.failure()
             if exc is not None:   # (a posted call broke the pool: closed first)
                 raise run_failed(comm, exc)
-    _live = [r for r in _live if not r.op.done]
+    _live = [r for r in _live if not over(r)]
     return 0
 
 
@@ -269,12 +277,18 @@ def finish_posted():
     return pending
 
 
+cdef inline bint over(Posted r) except -1:
+    """Whether `r`'s call has ended (a persistent call's later Start reuses
+    its Op: then it has)."""
+    return r.start != r.plan.starts or r.op.done
+
+
 cdef live(record):
     """Keep `record` (its messages) until its call has ended (forgotten at
     the next blocking call, or here once many are kept)."""
     global _live
     if len(_live) >= 64:
-        _live = [r for r in _live if not r.op.done]
+        _live = [r for r in _live if not over(r)]
     _live.append(record)
 
 
