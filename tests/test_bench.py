@@ -284,9 +284,11 @@ def test_overlap_records_paths_and_validation(tmp_path: Path) -> None:
     reports."""
     out = tmp_path / "overlap.json"
     run_mpi(2, ["-m", "cxlmpi.bench", "--overlap", "--overlap-ops", "all", "--sizes", "64K",
-                *FAST, "--validate", "--json", str(out)], env=POSTED_ENV, timeout=TIMEOUT)
+                "--overlap-compute", "wait", *FAST, "--validate", "--json", str(out)],
+            env=POSTED_ENV, timeout=TIMEOUT)
     data = json.loads(out.read_text())
     records = data["records"]
+    assert data["metadata"]["bench"]["compute"] == "wait"
     assert [r["op"] for r in records] == [
         "Iallreduce", "Ibcast", "Iallgather", "Igather", "Iscatter", "Ialltoall",
         "Igatherv", "Iscatterv", "Ialltoallv"]
@@ -305,6 +307,28 @@ def test_overlap_records_paths_and_validation(tmp_path: Path) -> None:
             r["cxlmpi_pure_us"] / r["cxlmpi_blocking_us"])
         assert r["persistent_over_blocking"] == pytest.approx(
             r["cxlmpi_persistent_us"] / r["cxlmpi_blocking_us"])
+
+
+COMPUTE_KINDS = """
+import time
+import numpy as np
+from cxlmpi.tools.overlap import _compute
+for work in (None, np.ones(64)):
+    cpu, wall = time.process_time(), time.perf_counter()
+    _compute(0.05, work)
+    print("CPU", time.process_time() - cpu, time.perf_counter() - wall)
+"""
+
+
+def test_overlap_compute_wait_leaves_the_core() -> None:
+    """--overlap-compute wait: the compute between post and wait leaves the
+    thread's core free (a thread that waits for a GPU kernel), where
+    OSU's compute keeps it busy."""
+    proc = run_mpi(1, ["-c", COMPUTE_KINDS], timeout=TIMEOUT)
+    (waits, busy) = [[float(x) for x in line.split()[1:]] for line in
+                     proc.stdout.splitlines() if line.startswith("CPU")]
+    assert waits[1] >= 0.05 and busy[1] >= 0.05, (waits, busy)
+    assert waits[0] < 0.025 < busy[0], (waits, busy)
 
 
 CORRUPT_POSTED = """

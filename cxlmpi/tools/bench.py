@@ -175,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the collectives of --overlap, or 'all' (known: "
                          "Iallreduce, Ibcast, Iallgather, Igather, Iscatter, Ialltoall, "
                          "Igatherv, Iscatterv, Ialltoallv)")
+    ap.add_argument("--overlap-compute", choices=("cpu", "wait"), default="cpu",
+                    help="the compute of --overlap: cpu (busy, OSU's), or wait (the thread "
+                         "waits off its core, as for a GPU kernel or for I/O: where every "
+                         "core runs a rank, only then is one free to progress the call)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -255,6 +259,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                         data_varying=False, validate=args.validate), argv)
         meta["bench"]["method"] = "OSU overlap: post, compute, wait (cxlmpi.tools.overlap)"
         meta["mode"] = "overlap"
+        meta["bench"]["compute"] = args.overlap_compute
         status = 0
         for record in records:
             for problem in record["validation_errors"]:

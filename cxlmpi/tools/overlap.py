@@ -8,7 +8,10 @@ that makes no MPI call, calibrated to the pure time of the same
 communicator), the time of post + compute + wait, and OSU's overlap:
 100 x (1 - (total - compute) / pure), floored at 0.  The speedup is
 stock's total over cxlmpi's: what a program that hides the collective
-behind that much compute sees; posted_over_blocking is cxlmpi's pure time
+behind that much compute sees.  The compute is OSU's (busy, ``cpu``) or,
+``--overlap-compute wait``, a wait off the core -- a thread that waits
+for a GPU kernel or for I/O: where every core runs a rank, only then is a
+core free to progress the call.  posted_over_blocking is cxlmpi's pure time
 over its blocking call's (the price of the posted form), and
 persistent_over_blocking the time of a Start + Wait of the persistent form
 (``Allreduce_init`` & co., set up once) over it.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from time import perf_counter
+from time import perf_counter, sleep
 from typing import Any
 
 import numpy as np
@@ -55,15 +58,32 @@ def _v(comm: MPI.Intracomm, a: np.ndarray) -> list[Any]:
     return [a, [a.size // p] * p, MPI.DOUBLE]
 
 
-def _compute(seconds: float, work: np.ndarray) -> None:
-    """Busy for `seconds` without calling MPI (small NumPy steps)."""
+def _compute(seconds: float, work: np.ndarray | None) -> None:
+    """`seconds` without calling MPI: busy (small NumPy steps on `work`,
+    OSU's dummy compute), or, `work` None, waiting off the core, as a
+    thread that waits for a GPU kernel or for I/O does (the core is free
+    for whatever progresses the call)."""
+    if work is None:
+        sleep(seconds)
+        return
     end = perf_counter() + seconds
     while perf_counter() < end:
         work *= 1.0000001
 
 
+def _fine_sleeps() -> None:
+    """Let this thread's sleeps end within microseconds of their time (the
+    kernel's default timer slack, 50 us, is as long as a short call)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)   # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
+
+
 def _batch(comm: MPI.Intracomm, name: str, args: tuple, iterations: int,
-           compute_s: float, work: np.ndarray) -> float:
+           compute_s: float, work: np.ndarray | None) -> float:
     """Seconds per iteration of post, compute, wait (the slowest rank's)."""
     post = getattr(comm, name)
     comm.Barrier()
@@ -109,14 +129,14 @@ def _persistent(comm: MPI.Intracomm, name: str, args: tuple, iterations: int,
 
 
 def _measure(comm: MPI.Intracomm, name: str, n: int, kind: str, iterations: int,
-             warmup: int) -> dict[str, float]:
+             warmup: int, busy: bool) -> dict[str, float]:
     arguments, counts = OVERLAP_OPS[name]
     nsend, nrecv = counts(n, comm.Get_size())
     send = allocate(kind, nsend, np.float64, comm)
     recv = allocate(kind, nrecv, np.float64, comm) if nrecv else None
     fill_pattern(send, comm.Get_rank())
     args = arguments(comm, send, recv)
-    work = np.ones(64)
+    work = np.ones(64) if busy else None
     _blocking(comm, name, args, warmup)
     before = cxlmpi.stats()
     blocking = _blocking(comm, name, args, iterations)
@@ -175,6 +195,9 @@ def run_overlap(args: argparse.Namespace, sizes: list[int]) -> list[dict[str, An
         if args.overlap_ops != "all" else list(OVERLAP_OPS)
     iterations = args.iterations or 50
     warmup = 10 if args.warmup is None else args.warmup
+    busy = args.overlap_compute == "cpu"
+    if not busy:
+        _fine_sleeps()
     progress = Progress(len(names) * len(sizes), enabled=world.Get_rank() == 0 and
                         not args.quiet)
     records = []
@@ -185,9 +208,9 @@ def run_overlap(args: argparse.Namespace, sizes: list[int]) -> list[dict[str, An
             rounds: dict[str, list[dict[str, float]]] = {"stock": [], "cxlmpi": []}
             for _ in range(args.rounds):
                 rounds["stock"].append(_measure(stock, name, n, "private", iterations,
-                                                warmup))
+                                                warmup, busy))
                 rounds["cxlmpi"].append(_measure(wrapped, name, n, args.buffers, iterations,
-                                                 warmup))
+                                                 warmup, busy))
             record: dict[str, Any] = {"op": name, "size": n * 8}
             for who, rows in rounds.items():
                 for key in rows[0]:
@@ -226,5 +249,6 @@ def run_overlap(args: argparse.Namespace, sizes: list[int]) -> list[dict[str, An
                   f"{r['cxlmpi_total_us']:>8.1f}us {r['speedup']:>7.2f}x  "
                   f"{r['posted_path']}/{r['persistent_path']}/{r['blocking_path']}")
         print(f"# {world.Get_size()} ranks; cxlmpi {args.buffers} buffers, stock private; "
+              f"compute: {'busy' if busy else 'waiting off the core'}; "
               f"median of {args.rounds} round(s), {iterations} iterations each", flush=True)
     return records

@@ -302,7 +302,11 @@ def overlap_part() -> list[str]:
                   + ("; a Start + Wait of its persistent form (`Allreduce_init` & co., set "
                      "up once) over the blocking call" if started else "")
                   + "; OSU's overlap (compute "
-                  "between post and wait, as long as the pure time); and the speedup of "
+                  "between post and wait, as long as the pure time"
+                  + ("; here the thread waits off its core, as for a GPU kernel or I/O, "
+                     "instead of computing" if run.meta.get("bench", {}).get("compute")
+                     == "wait" else "")
+                  + "); and the speedup of "
                   "post + compute + wait (stock time / cxlmpi time)"
                   + (" / the control's." if run.control else "."), "",
                   "| collective | size | pure (µs) | " + ("posted / blocking | " if posted else "")
