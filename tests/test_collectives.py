@@ -74,12 +74,12 @@ def test_emulator_catches_a_missing_flush(fault: str) -> None:
     turns a wait on data that never arrives into an error; a job that
     hangs all the same (a rank left in MPI by a peer's error) is stopped
     and judged by the failures it reported."""
-    # (under a fault, waits end after 1 s and a hung job after 30: the
+    # (under a fault, waits end after 1 s and a hung job after 15: the
     # failures come in the first seconds, a dozen or more before any hang)
     faulty = fault != "none"
     env = dict(EMULATE_ENV, CXLMPI_EMULATE_FAULT=fault, CXLMPI_TIMEOUT="1" if faulty else "3")
     job = launch_mpi(2, ["-m", "pytest", "-v", "--color=no", "-p", "no:cacheprovider", *FAMILIES,
-                         "-k", "not exhaustive"], env=env, timeout=30 if faulty else 150)
+                         "-k", "not exhaustive"], env=env, timeout=15 if faulty else 150)
     failed = set(re.findall(r"(tests/mpi/\w+\.py::\S+?)(?:PASSED|FAILED)* FAILED",
                             job.stdout))
     passed = set(re.findall(r"(tests/mpi/\w+\.py::\S+?)(?:PASSED|FAILED)* PASSED",

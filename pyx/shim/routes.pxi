@@ -399,8 +399,8 @@ cdef int take_agreed(object state, int which, Py_ssize_t nbytes) except -9:
 
 
 cdef inline bint skip(object comm, int which, object obj, Py_ssize_t scale=1) except -1:
-    """`small(obj, lo[which])`, and: the class of a bare numpy array `obj`
-    (its bytes are the call's, all blocks together) is settled on MPI --
+    """Whether a bare numpy array `obj` (its bytes are the call's, all
+    blocks together) is below `lo[which]` (CXLMPI_THRESHOLD), or its class settled on MPI --
     decided before any message parsing, from what every rank holds alike
     (the size, the routes), so that a call adaptive selection sends to MPI
     costs the pass-through's price.  Not when the residency hint could
