@@ -17,8 +17,8 @@
 # peer inside the call, it preempts).  Where the rank's thread keeps the
 # core instead -- it computes, or spins inside MPI (Open MPI's waits do,
 # MPICH's yield) -- a batch worker would run only when the scheduler's
-# time slice ends, milliseconds later: the first call it finds waiting at
-# the head of the queue that long keeps it an ordinary thread for good.
+# time slice ends, milliseconds later: a call it finds waiting at the head
+# of the queue that long keeps it an ordinary thread for a second.
 # When a call ends, the worker
 # calls the completion function it was given (MPI_Grequest_complete on the
 # call's generalized request: cxlmpi._shim).  A caller that waits for a
@@ -64,8 +64,10 @@ cdef extern from "<sched.h>" nogil:
     int SCHED_BATCH, SCHED_OTHER
 
 # A worker that finds a call at the head of its queue for longer than this
-# (seconds) was kept off the core by its rank's thread (see worker_main).
+# (seconds) was kept off the core by its rank's thread, and stays an
+# ordinary thread for the next EAGER_S (see worker_main).
 cdef double STARVED_S = 0.001
+cdef double EAGER_S = 1.0
 
 
 # The families a worker runs (the run_<family> entries).
@@ -114,7 +116,8 @@ cdef struct cxl_worker:
     int broken_rank
     double head_s                 # when the head call became the head (monotonic)
     int batch                     # the thread runs as SCHED_BATCH (see worker_main)
-    int eager                     # ... and never will again
+    int fixed                     # ... never: the job chose its own policy
+    double eager_until            # ... not before then: it was starved
 
 
 cdef int largest_block(state_t *st, cxl_op *o) noexcept nogil:
@@ -226,24 +229,29 @@ cdef void *worker_main(void *arg) noexcept nogil:
     # as SCHED_IDLE, keeps what it chose)
     w.batch = sched_getscheduler(0) == SCHED_OTHER \
         and sched_setscheduler(0, SCHED_BATCH, &policy) == 0
-    w.eager = not w.batch
+    w.fixed = not w.batch
     pthread_mutex_lock(&w.mu)
     while True:
         o = w.head
         if o == NULL and w.stopping:
             break
         if o == NULL or o.state != QUEUED:
-            if not w.batch and not w.eager:   # (idle: the next post must not preempt)
+            if not w.batch and not w.fixed and cxl_now_s() >= w.eager_until:
+                # (idle: the next post must not preempt)
                 w.batch = sched_setscheduler(0, SCHED_BATCH, &policy) == 0
             pthread_cond_wait(&w.work, &w.mu)
             continue
-        if not w.eager and cxl_now_s() - w.head_s > STARVED_S:
+        if not w.fixed and cxl_now_s() - w.head_s > STARVED_S:
             # (the call waited this long at the head of the queue, and its
             # rank's thread did not run it: that thread computes, or spins
             # inside MPI -- Open MPI's Waitany does, for ever, on a request
-            # only this thread completes.  From now on the worker preempts
-            # it as soon as it is woken.)
-            w.eager = 1
+            # only this thread completes.  For the next EAGER_S the worker
+            # preempts it as soon as it is woken, and again after the next
+            # such wait: not for good, where one delay -- another process
+            # on the core, a page fault -- would make every later post
+            # preempt its thread, a switch to the worker and back: 2.5x a
+            # small call's time.)
+            w.eager_until = cxl_now_s() + EAGER_S
         if w.batch and sched_setscheduler(0, SCHED_OTHER, &policy) == 0:
             w.batch = 0   # (running a call: woken by a peer, it preempts)
         o.state = RUNNING
