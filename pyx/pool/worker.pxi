@@ -18,7 +18,8 @@
 # core instead -- it computes, or spins inside MPI (Open MPI's waits do,
 # MPICH's yield) -- a batch worker would run only when the scheduler's
 # time slice ends, milliseconds later: a call it finds waiting at the head
-# of the queue that long keeps it an ordinary thread for a second.
+# of the queue that long (STARVED_S) keeps it an ordinary thread until it
+# is idle again EAGER_S later (each rank's worker on its own clock).
 # When a call ends, the worker
 # calls the completion function it was given (MPI_Grequest_complete on the
 # call's generalized request: cxlmpi._shim).  A caller that waits for a

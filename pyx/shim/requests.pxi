@@ -279,7 +279,8 @@ def finish_posted():
 
 cdef inline bint over(Posted r) except -1:
     """Whether `r`'s call has ended (a persistent call's later Start reuses
-    its Op: then it has)."""
+    its Op: then it has -- `persistent_Start` waits for the call it ran
+    before it starts the next)."""
     return r.start != r.plan.starts or r.op.done
 
 
